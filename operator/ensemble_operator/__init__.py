@@ -1,0 +1,1 @@
+"""Kubernetes operator that reconciles Model and Ensemble resources into runtime workloads."""

@@ -1,0 +1,1 @@
+"""Custom resource API types and the CRD generator."""
