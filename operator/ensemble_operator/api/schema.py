@@ -97,7 +97,7 @@ def find_violations(schema: JsonDict, path: str = "") -> list[str]:
         problems.append(f"{path}: anyOf without x-kubernetes-int-or-string")
     if "type" not in schema and not schema.get("x-kubernetes-int-or-string"):
         problems.append(f"{path}: no type")
-    if schema.get("type") == "null" or "nullable" in schema and "default" in schema:
+    if schema.get("type") == "null":
         problems.append(f"{path}: null type")
     for name, sub in schema.get("properties", {}).items():
         problems.extend(find_violations(sub, f"{path}.{name}"))

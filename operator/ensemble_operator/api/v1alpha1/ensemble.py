@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, model_validator
 
 from .common import (
     API_VERSION,
@@ -25,7 +25,10 @@ MAX_STEPS = 64
 def _unique_names_rule(what: str) -> dict[str, Any]:
     return {
         "x-kubernetes-validations": [
-            {"rule": "self.all(x, self.filter(y, y.name == x.name).size() == 1)", "message": f"{what} names must be unique"}
+            {
+                "rule": "self.all(x, self.filter(y, y.name == x.name).size() == 1)",
+                "message": f"{what} names must be unique",
+            }
         ]
     }
 
@@ -93,7 +96,10 @@ class Autoscaling(KubeModel):
     model_config = KubeModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
-                {"rule": "self.minReplicas <= self.maxReplicas", "message": "minReplicas must be <= maxReplicas"}
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be <= maxReplicas",
+                }
             ]
         }
     }
@@ -112,11 +118,15 @@ class Autoscaling(KubeModel):
 class EnsembleSpec(KubeModel):
     """A DAG of steps over Models served as one Triton ensemble by a set of runtime pods."""
 
-    inputs: list[TensorSpec] = Field(min_length=1, max_length=64, json_schema_extra=_unique_names_rule("input"))
+    inputs: list[TensorSpec] = Field(
+        min_length=1, max_length=64, json_schema_extra=_unique_names_rule("input")
+    )
     outputs: list[TensorSpec] = Field(
         min_length=1, max_length=64, json_schema_extra=_unique_names_rule("output")
     )
-    steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS, json_schema_extra=_unique_names_rule("step"))
+    steps: list[Step] = Field(
+        min_length=1, max_length=MAX_STEPS, json_schema_extra=_unique_names_rule("step")
+    )
     max_batch_size: Annotated[int, Field(ge=0)] = 0
     replicas: Annotated[int, Field(ge=0)] = 1
     resources: ResourceRequirements | None = None

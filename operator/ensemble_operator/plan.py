@@ -1,0 +1,64 @@
+"""(Ensemble, Models, defaults) -> the desired objects (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .api.v1alpha1 import Ensemble, Model
+from .render.common import Manifest, RuntimeDefaults
+from .render.network import render_config_map, render_headless_service, render_hpa, render_pdb, render_service
+from .render.runtime_config import render_repository_config
+from .render.workload import render_deployment
+from .validation import Issue, validate_ensemble
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @staticmethod
+    def of(obj: Manifest) -> ObjectKey:
+        meta = obj["metadata"]
+        return ObjectKey(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Objects to apply, objects that must not exist, and the validation result they came from."""
+
+    apply: list[Manifest] = field(default_factory=list)
+    delete: list[ObjectKey] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.issues
+
+
+def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: RuntimeDefaults) -> Plan:
+    """What the cluster should hold for `ensemble`. An invalid ensemble plans no writes at all: the
+    objects of the last valid spec keep serving while status reports the problem."""
+    issues = validate_ensemble(ensemble.spec, models)
+    if issues:
+        return Plan(issues=issues)
+    objects = [
+        render_config_map(ensemble, render_repository_config(ensemble, models)),
+        render_service(ensemble),
+        render_headless_service(ensemble),
+        render_deployment(ensemble, models, defaults),
+        render_pdb(ensemble),
+    ]
+    hpa = render_hpa(ensemble)
+    delete: list[ObjectKey] = []
+    hpa_key = ObjectKey(
+        "autoscaling/v2", "HorizontalPodAutoscaler", ensemble.metadata.namespace, ensemble.metadata.name
+    )
+    if hpa is None:
+        delete.append(hpa_key)
+    else:
+        objects.append(hpa)
+    return Plan(apply=objects, delete=delete)

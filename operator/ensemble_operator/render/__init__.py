@@ -1,0 +1,1 @@
+"""Pure rendering of desired Kubernetes objects and runtime configuration."""

@@ -1,0 +1,90 @@
+"""Triton ModelConfig text (protobuf text format) for Models and Ensembles (pure)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from ..api.v1alpha1 import EnsembleSpec, ModelSpec, TensorSpec, VersionPolicy, normalize_data_type
+
+
+def _str(value: str) -> str:
+    return json.dumps(value)
+
+
+def _ints(values: Sequence[int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _tensors(field: str, tensors: Sequence[TensorSpec]) -> list[str]:
+    if not tensors:
+        return []
+    lines = [f"{field} ["]
+    for i, t in enumerate(tensors):
+        sep = "," if i < len(tensors) - 1 else ""
+        lines.append(
+            f"  {{ name: {_str(t.name)} data_type: {normalize_data_type(t.data_type)}"
+            f" dims: {_ints(t.dims)} }}{sep}"
+        )
+    lines.append("]")
+    return lines
+
+
+def version_policy(policy: VersionPolicy) -> str:
+    if policy.latest is not None:
+        return f"version_policy: {{ latest: {{ num_versions: {policy.latest.num_versions} }} }}"
+    if policy.specific is not None:
+        return f"version_policy: {{ specific: {{ versions: {_ints(policy.specific.versions)} }} }}"
+    return "version_policy: { all: {} }"
+
+
+def model_config(name: str, spec: ModelSpec) -> str:
+    """The config.pbtxt overrides for one Model; fields the CR leaves unset are left to the repository."""
+    lines = [f"name: {_str(name)}"]
+    if spec.platform:
+        lines.append(f"platform: {_str(spec.platform)}")
+    if spec.backend:
+        lines.append(f"backend: {_str(spec.backend)}")
+    if spec.max_batch_size is not None:
+        lines.append(f"max_batch_size: {spec.max_batch_size}")
+    lines.append(version_policy(spec.version_policy))
+    lines += _tensors("input", spec.inputs)
+    lines += _tensors("output", spec.outputs)
+    for group in spec.instance_groups:
+        gpus = f" gpus: {_ints(group.gpus)}" if group.gpus else ""
+        lines.append(f"instance_group {{ count: {group.count} kind: {group.kind}{gpus} }}")
+    if spec.dynamic_batching is not None:
+        db = spec.dynamic_batching
+        preferred = (
+            f"preferred_batch_size: {_ints(db.preferred_batch_size)} " if db.preferred_batch_size else ""
+        )
+        lines.append(
+            f"dynamic_batching {{ {preferred}"
+            f"max_queue_delay_microseconds: {db.max_queue_delay_microseconds} }}"
+        )
+    for key, value in sorted(spec.parameters.items()):
+        lines.append(f"parameters {{ key: {_str(key)} value: {{ string_value: {_str(value)} }} }}")
+    return "\n".join(lines) + "\n"
+
+
+def _map(field: str, mapping: dict[str, str]) -> list[str]:
+    return [f"      {field} {{ key: {_str(k)} value: {_str(v)} }}" for k, v in sorted(mapping.items())]
+
+
+def ensemble_config(name: str, spec: EnsembleSpec) -> str:
+    """The Triton ensemble ModelConfig for an Ensemble."""
+    lines = [f"name: {_str(name)}", 'platform: "ensemble"', f"max_batch_size: {spec.max_batch_size}"]
+    lines += _tensors("input", spec.inputs)
+    lines += _tensors("output", spec.outputs)
+    lines.append("ensemble_scheduling {")
+    lines.append("  step [")
+    for i, step in enumerate(spec.steps):
+        lines.append("    {")
+        lines.append(f"      model_name: {_str(step.model_ref.name)}")
+        lines.append(f"      model_version: {step.model_version}")
+        lines += _map("input_map", step.input_map)
+        lines += _map("output_map", step.output_map)
+        lines.append("    }" + ("," if i < len(spec.steps) - 1 else ""))
+    lines.append("  ]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""repository.json: the runtime's view of the models and ensembles to serve (schema + rendering)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from ..api.v1alpha1 import Ensemble, Model
+from .pbtxt import ensemble_config, model_config
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RepositoryModel(_Strict):
+    name: str
+    source: str
+    config_pbtxt: str | None = None
+
+
+class RepositoryEnsemble(_Strict):
+    name: str
+    config_pbtxt: str
+
+
+class S3Settings(_Strict):
+    endpoint_url: str | None = None
+    region: str | None = None
+
+
+class RepositoryConfig(_Strict):
+    """The document mounted at /etc/ensemble/repository.json and re-read by the runtime on every poll."""
+
+    models: list[RepositoryModel]
+    ensembles: list[RepositoryEnsemble]
+    s3: S3Settings | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True, indent=2) + "\n"
+
+
+def render_repository_config(ensemble: Ensemble, models: Mapping[str, Model]) -> RepositoryConfig:
+    """Models referenced by the ensemble's steps (each once, sorted by name) and the ensemble itself."""
+    names = sorted({step.model_ref.name for step in ensemble.spec.steps if step.model_ref.name in models})
+    s3: S3Settings | None = None
+    entries: list[RepositoryModel] = []
+    for name in names:
+        spec = models[name].spec
+        entries.append(RepositoryModel(name=name, source=spec.source, config_pbtxt=model_config(name, spec)))
+        if spec.s3 is not None and s3 is None and (spec.s3.endpoint_url or spec.s3.region):
+            s3 = S3Settings(endpoint_url=spec.s3.endpoint_url, region=spec.s3.region)
+    return RepositoryConfig(
+        models=entries,
+        ensembles=[
+            RepositoryEnsemble(
+                name=ensemble.metadata.name,
+                config_pbtxt=ensemble_config(ensemble.metadata.name, ensemble.spec),
+            )
+        ],
+        s3=s3,
+    )

@@ -1,0 +1,205 @@
+"""The runtime Deployment (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.v1alpha1 import Ensemble, Model
+from .common import (
+    GRPC_PORT,
+    HTTP_PORT,
+    METRICS_PORT,
+    RESTART_HASH_ANNOTATION,
+    Manifest,
+    RuntimeDefaults,
+    config_map_name,
+    metadata,
+    parse_bytes,
+    selector_labels,
+    stable_hash,
+)
+
+UID = 1000
+CACHE_DIR = "/var/cache/ensemble"
+CONFIG_DIR = "/etc/ensemble"
+PROBE_PERIOD_SECONDS = 10
+
+
+def runtime_args(ensemble: Ensemble) -> list[str]:
+    rt = ensemble.spec.runtime
+    args = [
+        "--repository-config",
+        f"{CONFIG_DIR}/repository.json",
+        "--model-control-mode",
+        "poll",
+        "--repository-poll-secs",
+        str(rt.poll_interval_seconds),
+        "--model-cache-dir",
+        CACHE_DIR,
+        "--grpc-port",
+        str(GRPC_PORT),
+        "--http-port",
+        str(HTTP_PORT),
+        "--metrics-port",
+        str(METRICS_PORT),
+        "--strict-readiness",
+        "true",
+        "--exit-timeout-secs",
+        str(rt.exit_timeout_seconds),
+    ]
+    if rt.memory_budget is not None:
+        args += ["--memory-budget-bytes", str(parse_bytes(rt.memory_budget))]
+        args += ["--memory-policy", rt.memory_policy or "drain-then-swap"]
+    return args + list(rt.extra_args)
+
+
+def _resources(ensemble: Ensemble, defaults: RuntimeDefaults) -> dict[str, dict[str, str]]:
+    res = ensemble.spec.resources
+    if res is None:
+        return {"requests": dict(defaults.requests), "limits": dict(defaults.limits)}
+    out: dict[str, dict[str, str]] = {}
+    if res.requests:
+        out["requests"] = {k: str(v) for k, v in sorted(res.requests.items())}
+    if res.limits:
+        out["limits"] = {k: str(v) for k, v in sorted(res.limits.items())}
+    return out
+
+
+def credentials(ensemble: Ensemble, models: Mapping[str, Model]) -> tuple[list[dict[str, Any]], str | None]:
+    """Env vars from the first Model's S3 Secret and the service account (IRSA) to run as.
+
+    validation.py rejects ensembles whose Models disagree, so the first one found speaks for all.
+    """
+    env: list[dict[str, Any]] = []
+    service_account: str | None = None
+    for name in sorted({s.model_ref.name for s in ensemble.spec.steps}):
+        model = models.get(name)
+        s3 = model.spec.s3 if model else None
+        if s3 is None:
+            continue
+        if s3.secret_ref is not None and not env:
+            ref = s3.secret_ref
+            env = [
+                {"name": var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}
+                for var, key in (
+                    ("AWS_ACCESS_KEY_ID", ref.access_key_id_key),
+                    ("AWS_SECRET_ACCESS_KEY", ref.secret_access_key_key),
+                )
+            ]
+        if s3.service_account_name is not None and service_account is None:
+            service_account = s3.service_account_name
+    return env, service_account
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _pod_scheduling(ensemble: Ensemble) -> dict[str, Any]:
+    sched = ensemble.spec.scheduling
+    out: dict[str, Any] = {}
+    if sched.node_selector:
+        out["nodeSelector"] = dict(sorted(sched.node_selector.items()))
+    if sched.tolerations:
+        out["tolerations"] = [t.to_wire() for t in sched.tolerations]
+    if sched.affinity:
+        out["affinity"] = sched.affinity
+    if sched.priority_class_name:
+        out["priorityClassName"] = sched.priority_class_name
+    return out
+
+
+def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults: RuntimeDefaults) -> Manifest:
+    spec, rt = ensemble.spec, ensemble.spec.runtime
+    env, service_account = credentials(ensemble, models)
+    container: dict[str, Any] = {
+        "name": "runtime",
+        "image": rt.image or defaults.image,
+        "imagePullPolicy": rt.image_pull_policy or defaults.image_pull_policy,
+        "command": ["ensemble-runtime"],
+        "args": runtime_args(ensemble),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}, *env],
+        "resources": _resources(ensemble, defaults),
+        "startupProbe": _probe(
+            "/v2/health/ready",
+            PROBE_PERIOD_SECONDS,
+            max(1, rt.startup_timeout_seconds // PROBE_PERIOD_SECONDS),
+        ),
+        "readinessProbe": _probe("/v2/health/ready", 5, 3),
+        "livenessProbe": _probe("/v2/health/live", PROBE_PERIOD_SECONDS, 6),
+        "lifecycle": {
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {defaults.pre_stop_sleep_seconds}"]}}
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "repository-config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "model-cache", "mountPath": CACHE_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    cache: dict[str, Any] = {}
+    if rt.cache_size_limit is not None:
+        cache["sizeLimit"] = str(rt.cache_size_limit)
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": rt.exit_timeout_seconds + defaults.pre_stop_sleep_seconds + 15,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "repository-config", "configMap": {"name": config_map_name(ensemble)}},
+            {"name": "model-cache", "emptyDir": cache},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+        **_pod_scheduling(ensemble),
+    }
+    if service_account is not None:
+        pod_spec["serviceAccountName"] = service_account
+    # Everything in the pod template restarts pods when it changes; repository.json is deliberately
+    # not in it (the runtime polls the mounted ConfigMap), so Model changes roll no pods.
+    restart_hash = stable_hash(pod_spec)
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(ensemble)},
+        "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
+        "revisionHistoryLimit": 5,
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": spec.rollout.max_surge},
+        },
+        "template": {
+            "metadata": {
+                "labels": metadata(ensemble, "")["labels"],
+                "annotations": {RESTART_HASH_ANNOTATION: restart_hash},
+            },
+            "spec": pod_spec,
+        },
+    }
+    if spec.autoscaling is None:
+        deployment_spec = {"replicas": spec.replicas, **deployment_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(ensemble, ensemble.metadata.name),
+        "spec": deployment_spec,
+    }

@@ -1,0 +1,157 @@
+"""Status computation from observed state (pure): conditions Ready/Progressing/Degraded, phase,
+replicas, served versions. Conditions keep their lastTransitionTime unless their status flips, so an
+unchanged world computes an identical status and nothing gets written."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .api.v1alpha1 import Condition, Ensemble, EnsembleStatus, Model, ModelStatus
+from .render.common import grpc_endpoint
+from .validation import Issue, summarize
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """What one runtime pod reported: readiness and GET /v2/ensembles/<name>/versions (None: unknown)."""
+
+    name: str
+    ready: bool
+    versions: dict[str, int] | None
+
+
+def _merge(previous: Sequence[Condition], new: Condition, now: str) -> Condition:
+    for old in previous:
+        if old.type == new.type and old.status == new.status:
+            return new.model_copy(update={"last_transition_time": old.last_transition_time or now})
+    return new.model_copy(update={"last_transition_time": now})
+
+
+def _cond(kind: str, status: bool, reason: str, message: str, generation: int) -> Condition:
+    return Condition(
+        type=kind,
+        status="True" if status else "False",
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+    )
+
+
+def served_versions(pods: Sequence[PodReport]) -> tuple[dict[str, int] | None, bool]:
+    """The version set most ready pods serve, and whether all reporting ready pods agree."""
+    sets = [p.versions for p in pods if p.ready and p.versions is not None]
+    if not sets:
+        return None, True
+    counts = Counter(tuple(sorted(s.items())) for s in sets)
+    best = counts.most_common(1)[0][0]
+    return dict(best), len(counts) == 1
+
+
+def summarize_versions(versions: dict[str, int] | None) -> str | None:
+    if versions is None:
+        return None
+    return ",".join(f"{k}:{v}" for k, v in sorted(versions.items()))
+
+
+def _deployment_numbers(deployment: dict[str, Any]) -> tuple[int, int, int, int, bool, bool]:
+    spec, st = deployment.get("spec", {}), deployment.get("status", {})
+    desired = int(spec.get("replicas", st.get("replicas", 0)) or 0)
+    ready = int(st.get("readyReplicas", 0) or 0)
+    updated = int(st.get("updatedReplicas", 0) or 0)
+    total = int(st.get("replicas", 0) or 0)
+    observed = int(st.get("observedGeneration", 0) or 0) >= int(
+        deployment["metadata"].get("generation", 0) or 0
+    )
+    stalled = any(
+        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in st.get("conditions", [])
+    )
+    return desired, ready, updated, total, observed, stalled
+
+
+def compute_status(
+    ensemble: Ensemble,
+    issues: Sequence[Issue],
+    deployment: dict[str, Any] | None,
+    pods: Sequence[PodReport],
+    now: str,
+) -> EnsembleStatus:
+    gen = ensemble.metadata.generation
+    versions, agree = served_versions(pods)
+    replicas = ready = None
+    if issues:
+        msg = summarize(issues)
+        conds = [
+            _cond("Ready", False, "InvalidSpec", msg, gen),
+            _cond("Progressing", False, "InvalidSpec", "the last valid spec keeps serving", gen),
+            _cond("Degraded", True, "InvalidSpec", msg, gen),
+        ]
+    elif deployment is None:
+        conds = [
+            _cond("Ready", False, "Creating", "the runtime Deployment does not exist yet", gen),
+            _cond("Progressing", True, "Creating", "creating the runtime Deployment", gen),
+            _cond("Degraded", False, "AsExpected", "", gen),
+        ]
+    else:
+        desired, ready, updated, replicas, observed, stalled = _deployment_numbers(deployment)
+        done = observed and updated == desired and replicas == desired and ready == desired
+        if desired == 0:
+            ready_c = _cond("Ready", False, "ScaledToZero", "no replicas requested", gen)
+        elif ready == 0:
+            ready_c = _cond("Ready", False, "NoReadyReplicas", f"0/{desired} replicas ready", gen)
+        else:
+            reason = "AllReplicasReady" if ready >= desired else "PartiallyReady"
+            ready_c = _cond("Ready", True, reason, f"{ready}/{desired} replicas ready", gen)
+        if not done:
+            prog_c = _cond("Progressing", True, "RollingOut", f"{updated}/{desired} replicas updated", gen)
+        elif not agree:
+            prog_c = _cond(
+                "Progressing", True, "VersionSwitch", "ready pods serve different version sets", gen
+            )
+        else:
+            prog_c = _cond("Progressing", False, "RolloutComplete", "", gen)
+        if stalled:
+            deg_c = _cond("Degraded", True, "ProgressDeadlineExceeded", "the rollout is stuck", gen)
+        elif done is False and observed and updated == desired and ready < desired:
+            deg_c = _cond("Degraded", True, "ReplicasUnavailable", f"{ready}/{desired} replicas ready", gen)
+        else:
+            deg_c = _cond("Degraded", False, "AsExpected", "", gen)
+        conds = [ready_c, prog_c, deg_c]
+    merged = [_merge(ensemble.status.conditions, c, now) for c in conds]
+    by_type = {c.type: c.status == "True" for c in merged}
+    if issues:
+        phase = "Invalid"
+    elif by_type["Degraded"]:
+        phase = "Degraded"
+    elif by_type["Progressing"]:
+        phase = "Progressing"
+    elif by_type["Ready"]:
+        phase = "Ready"
+    else:
+        phase = "Pending"
+    return EnsembleStatus(
+        phase=phase,  # type: ignore[arg-type]
+        replicas=replicas,
+        ready_replicas=ready,
+        served_versions=versions,
+        served_versions_summary=summarize_versions(versions),
+        endpoint=grpc_endpoint(ensemble),
+        conditions=merged,
+        observed_generation=gen,
+    )
+
+
+def compute_model_status(model: Model, in_use_by: Sequence[str], now: str) -> ModelStatus:
+    """Model status: its policy summary and an Accepted condition; versionsFound is kept as reported."""
+    gen = model.metadata.generation
+    users = ", ".join(sorted(in_use_by)) or "no Ensemble"
+    accepted = _cond("Accepted", True, "Valid", f"used by {users}", gen)
+    return ModelStatus(
+        policy=model.spec.version_policy.summary(),
+        versions_found=model.status.versions_found,
+        conditions=[_merge(model.status.conditions, accepted, now)],
+        observed_generation=gen,
+    )
