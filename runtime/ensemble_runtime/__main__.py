@@ -1,0 +1,26 @@
+"""`ensemble-runtime`: composition root."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from ensemble_runtime.server import serve
+from ensemble_runtime.settings import parse_settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

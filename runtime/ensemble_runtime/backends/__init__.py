@@ -1,0 +1,1 @@
+"""Backends: ONNX Runtime, Python (Triton-compatible), TensorRT."""

@@ -1,0 +1,57 @@
+"""The contract between the scheduler and a backend, and what a backend gets to load a model version."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.inference import BackendRequest, BackendResult, InferRequest, InferResponse
+
+# How a model calls another model in the same server (Triton's BLS); injected, never imported.
+ModelCaller = Callable[[InferRequest], Awaitable[InferResponse]]
+
+
+class ModelInstance(Protocol):
+    """One execution slot of a loaded model version (Triton: a model instance)."""
+
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """Run a batch of requests; one result (outputs or the exception) per request, in order."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    config: mc.ModelConfig  # after defaults and autocomplete
+    version: int
+    version_path: Path  # <repo>/<model>/<version>
+    model_path: Path  # <repo>/<model>
+    caller: ModelCaller
+    cache_dir: Path | None = None
+
+
+class Backend(Protocol):
+    name: str
+
+    def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
+        """Complete the config from the model file where the backend can (e.g. ONNX inputs/outputs)."""
+        ...
+
+    async def load(self, context: LoadContext) -> list[ModelInstance]:
+        """Create the instances the config's instance groups ask for; raise with a reason on failure."""
+        ...
+
+
+def instance_count(config: mc.ModelConfig) -> int:
+    """Execution slots the instance groups ask for: `count` per listed GPU for GPU groups (Triton's rule)."""
+    total = 0
+    for group in config.instance_group:
+        per_device = max(1, group.count)
+        gpus = len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else 0
+        total += per_device * max(1, gpus)
+    return max(1, total)

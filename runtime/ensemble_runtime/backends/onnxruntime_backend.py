@@ -1,0 +1,137 @@
+"""ONNX Runtime backend: one session per model version, `instance_group` count parallel executions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.backends.base import LoadContext, ModelInstance, instance_count
+from ensemble_runtime.backends.providers import choose_providers
+from ensemble_runtime.config import onnx_autocomplete
+from ensemble_runtime.config.model_config import ConfigError, model_filename
+from ensemble_runtime.errors import internal
+from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
+
+log = logging.getLogger(__name__)
+
+
+class OnnxInstance:
+    """Executes on a shared session from its own thread; requests in a batch run as one merged call."""
+
+    def __init__(self, session: ort.InferenceSession, pool: ThreadPoolExecutor, name: str, batched: bool) -> None:
+        self._session = session
+        self._pool = pool
+        self._name = name
+        self._batched = batched
+        self._outputs = [o.name for o in session.get_outputs()]
+
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        loop = asyncio.get_running_loop()
+        if len(requests) == 1 or not self._batched:
+            results: list[BackendResult] = []
+            for request in requests:
+                try:
+                    results.append(await loop.run_in_executor(self._pool, self._run, request.inputs))
+                except Exception as exc:
+                    results.append(exc)
+            return results
+        try:
+            return list(await loop.run_in_executor(self._pool, self._run_merged, requests))
+        except Exception as exc:
+            return [exc] * len(requests)
+
+    def _run(self, inputs: Any) -> dict[str, Tensor]:
+        feeds = {name: _to_ort(array) for name, array in inputs.items()}
+        try:
+            values = self._session.run(self._outputs, feeds)
+        except Exception as exc:
+            raise internal(f"onnxruntime failed running model '{self._name}': {exc}") from None
+        return {name: _from_ort(value) for name, value in zip(self._outputs, values, strict=True)}
+
+    def _run_merged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        sizes = [next(iter(r.inputs.values())).shape[0] if r.inputs else 1 for r in requests]
+        names = list(requests[0].inputs)
+        merged = {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in names}
+        outputs = self._run(merged)
+        results: list[BackendResult] = []
+        offset = 0
+        for size in sizes:
+            results.append({name: value[offset : offset + size] for name, value in outputs.items()})
+            offset += size
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
+def _to_ort(array: Tensor) -> Tensor:
+    if array.dtype == np.object_:
+        return array.astype(np.str_) if array.size else array
+    return array
+
+
+def _from_ort(value: Any) -> Tensor:
+    array = np.asarray(value)
+    if array.dtype.kind in ("U", "S", "O"):
+        out = np.empty(array.shape, dtype=np.object_)
+        out[...] = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)] if array.size else []
+        return out
+    return array
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
+        path = version_path / model_filename(config)
+        if not path.is_file():
+            raise ConfigError(f"model '{config.name}' version {version_path.name}: model file '{path.name}' not found")
+        return onnx_autocomplete.autocomplete(config, path)
+
+    async def load(self, context: LoadContext) -> list[ModelInstance]:
+        config = context.config
+        path = context.version_path / model_filename(config)
+        count = instance_count(config)
+        providers = choose_providers(config, ort.get_available_providers(), context.cache_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1 if count > 1 else 0
+        options.log_severity_level = 3
+        loop = asyncio.get_running_loop()
+        try:
+            session = await loop.run_in_executor(
+                None,
+                lambda: ort.InferenceSession(str(path), sess_options=options, providers=providers.providers),
+            )
+        except Exception as exc:
+            raise ConfigError(f"model '{config.name}' version {context.version}: onnxruntime cannot load {path.name}: {exc}") from None
+        _check_io(config, session)
+        if providers.note:
+            log.warning("model '%s' version %d: %s", config.name, context.version, providers.note)
+        pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"ort-{config.name}")
+        batched = config.max_batch_size > 0
+        return [OnnxInstance(session, pool, config.name, batched) for _ in range(count)]
+
+
+def _check_io(config: mc.ModelConfig, session: ort.InferenceSession) -> None:
+    graph_inputs = {i.name for i in session.get_inputs()}
+    graph_outputs = {o.name for o in session.get_outputs()}
+    for tensor in config.input:
+        if tensor.name not in graph_inputs:
+            raise ConfigError(
+                f"model '{config.name}': config input '{tensor.name}' is not an input of the ONNX graph "
+                f"(graph inputs: {', '.join(sorted(graph_inputs))})"
+            )
+    for tensor in config.output:
+        if tensor.name not in graph_outputs:
+            raise ConfigError(
+                f"model '{config.name}': config output '{tensor.name}' is not an output of the ONNX graph "
+                f"(graph outputs: {', '.join(sorted(graph_outputs))})"
+            )

@@ -1,0 +1,167 @@
+"""Scheduling onto model instances: a shared queue, one worker per instance, optional dynamic batching."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.backends.base import ModelInstance
+from ensemble_runtime.errors import InferenceError, ErrorCode, internal, unavailable
+from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
+from ensemble_runtime.stats import ModelStats
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """Triton's dynamic_batching settings, resolved; `enabled` False means one request per execution."""
+
+    enabled: bool = False
+    max_batch_size: int = 0
+    max_queue_delay_s: float = 0.0
+    preferred_sizes: tuple[int, ...] = ()
+    max_queue_size: int = 0  # 0 = unbounded
+    default_timeout_s: float = 0.0  # 0 = none
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
+        queue_policy = config.dynamic_batching.default_queue_policy
+        batching = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        return cls(
+            enabled=batching,
+            max_batch_size=config.max_batch_size,
+            max_queue_delay_s=config.dynamic_batching.max_queue_delay_microseconds / 1e6,
+            preferred_sizes=tuple(sorted(config.dynamic_batching.preferred_batch_size)),
+            max_queue_size=queue_policy.max_queue_size,
+            default_timeout_s=queue_policy.default_timeout_microseconds / 1e6,
+        )
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: BackendRequest
+    batch: int
+    enqueued_ns: int
+    future: asyncio.Future[dict[str, Tensor]]
+    deadline_ns: int = 0
+
+
+@dataclass(slots=True)
+class Scheduler:
+    """Feeds one model version's instances from one queue; closes only after the queue drains."""
+
+    model: str
+    instances: list[ModelInstance]
+    policy: BatchPolicy
+    stats: ModelStats
+    _queue: deque[_Pending] = field(default_factory=deque)
+    _wakeup: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _closing: bool = False
+
+    def start(self) -> None:
+        for index, instance in enumerate(self.instances):
+            task = asyncio.get_running_loop().create_task(
+                self._work(instance), name=f"{self.model}-instance-{index}"
+            )
+            self._workers.append(task)
+
+    async def submit(self, request: BackendRequest) -> dict[str, Tensor]:
+        if self._closing:
+            raise unavailable(f"model '{self.model}' is unloading")
+        if self.policy.max_queue_size and len(self._queue) >= self.policy.max_queue_size:
+            raise unavailable(
+                f"model '{self.model}': request exceeds maximum queue size {self.policy.max_queue_size}"
+            )
+        now = time.perf_counter_ns()
+        timeout_ns = int(self.policy.default_timeout_s * 1e9)
+        pending = _Pending(
+            request=request,
+            batch=batch_size_of(request.inputs) if self.policy.max_batch_size else 1,
+            enqueued_ns=now,
+            future=asyncio.get_running_loop().create_future(),
+            deadline_ns=now + timeout_ns if timeout_ns else 0,
+        )
+        async with self._wakeup:
+            self._queue.append(pending)
+            self._wakeup.notify()
+        return await pending.future
+
+    async def close(self) -> None:
+        """Stop taking requests, finish what is queued, stop the workers and the instances."""
+        self._closing = True
+        async with self._wakeup:
+            self._wakeup.notify_all()
+        if self._workers:
+            await asyncio.gather(*self._workers, return_exceptions=True)
+        for instance in self.instances:
+            with contextlib.suppress(Exception):
+                await instance.close()
+
+    async def _take_batch(self) -> list[_Pending] | None:
+        async with self._wakeup:
+            while not self._queue:
+                if self._closing:
+                    return None
+                await self._wakeup.wait()
+            batch = [self._queue.popleft()]
+            if not self.policy.enabled:
+                return batch
+            size = batch[0].batch
+            deadline = time.perf_counter() + self.policy.max_queue_delay_s
+            while size < self.policy.max_batch_size:
+                if size in self.policy.preferred_sizes:
+                    break
+                if self._queue:
+                    if size + self._queue[0].batch > self.policy.max_batch_size:
+                        break
+                    item = self._queue.popleft()
+                    batch.append(item)
+                    size += item.batch
+                    continue
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0 or self._closing:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+            return batch
+
+    async def _work(self, instance: ModelInstance) -> None:
+        while True:
+            batch = await self._take_batch()
+            if batch is None:
+                return
+            await self._run(instance, batch)
+
+    async def _run(self, instance: ModelInstance, batch: list[_Pending]) -> None:
+        start = time.perf_counter_ns()
+        live: list[_Pending] = []
+        for item in batch:
+            self.stats.queue.add(start - item.enqueued_ns)
+            if item.deadline_ns and start > item.deadline_ns:
+                item.future.set_exception(
+                    InferenceError(ErrorCode.UNAVAILABLE, f"model '{self.model}': request timed out in queue")
+                )
+            elif not item.future.done():
+                live.append(item)
+        if not live:
+            return
+        try:
+            results = await instance.execute([item.request for item in live])
+        except Exception as exc:  # a backend bug must fail these requests, not the worker
+            results = [exc] * len(live)
+        elapsed = time.perf_counter_ns() - start
+        self.stats.record_execution(sum(item.batch for item in live), len(live), elapsed)
+        if len(results) != len(live):
+            results = [internal(f"model '{self.model}' returned {len(results)} responses for {len(live)} requests")] * len(live)
+        for item, result in zip(live, results, strict=True):
+            if item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)

@@ -1,0 +1,1 @@
+"""Model configuration: Triton's ModelConfig message, parsed, defaulted and checked."""

@@ -1,0 +1,190 @@
+"""The one data plane every transport calls: inference, readiness, metadata, statistics, repository control."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime import __version__
+from ensemble_runtime.ensemble.executor import run_ensemble
+from ensemble_runtime.ensemble.graph import EnsembleGraph, Step
+from ensemble_runtime.errors import InferenceError, not_found, unavailable
+from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
+from ensemble_runtime.model_manager import IndexEntry, ModelManager
+from ensemble_runtime.registry import LoadedVersion, Registry
+from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
+
+SERVER_NAME = "ensemble-runtime"
+EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data")
+
+
+@dataclass
+class DataPlane:
+    registry: Registry
+    manager: ModelManager
+    strict_readiness: bool = True
+    _signatures: dict[int, ModelSignature] = field(default_factory=dict)
+    accepting: bool = True
+    in_flight: int = 0
+
+    # ---- health -------------------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        if not self.accepting:
+            return False
+        if not self.strict_readiness:
+            return True
+        records = [r for r in self.registry.records.values() if not r.explicitly_unloaded]
+        return all(r.ready for r in records)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.registry.find(name, version)
+        except InferenceError:
+            return False
+        return True
+
+    # ---- metadata -----------------------------------------------------------------------------
+    def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
+        return SERVER_NAME, __version__, EXTENSIONS
+
+    def model_version(self, name: str, version: str = "") -> LoadedVersion:
+        return self.registry.find(name, version)
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        rec = self.registry.records.get(name)
+        if rec is None or rec.config is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version:
+            return self.registry.find(name, version).config
+        default = rec.default_version()
+        return default.config if default is not None else rec.config
+
+    def served_versions(self, name: str) -> dict[str, int]:
+        """The version set an ensemble serves now (step model -> version)."""
+        rec = self.registry.records.get(name)
+        if rec is None or rec.ensemble is None:
+            raise not_found(f"'{name}' is not a loaded ensemble")
+        return {model: lv.version for model, lv in sorted(rec.ensemble.steps.items())}
+
+    def statistics(self, name: str = "", version: str = "") -> list[LoadedVersion]:
+        if name:
+            rec = self.registry.records.get(name)
+            if rec is None or not rec.served:
+                raise not_found(f"requested model '{name}' is not available")
+            if version:
+                return [self.registry.find(name, version)]
+            return [rec.versions[v] for v in rec.served]
+        return [
+            rec.versions[v]
+            for _, rec in sorted(self.registry.records.items())
+            for v in rec.served
+            if v in rec.versions
+        ]
+
+    # ---- repository ---------------------------------------------------------------------------
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        self.manager.scan()
+        return self.manager.index(ready_only)
+
+    async def load(self, name: str, config_override: str | None = None) -> None:
+        await self.manager.load([name], {name: config_override} if config_override else None)
+
+    async def unload(self, name: str) -> None:
+        await self.manager.unload(name)
+
+    # ---- inference ----------------------------------------------------------------------------
+    def signature(self, lv: LoadedVersion) -> ModelSignature:
+        key = id(lv.config)
+        sig = self._signatures.get(key)
+        if sig is None or sig.name != lv.config.name:
+            sig = self._signatures[key] = ModelSignature.from_config(lv.config)
+        return sig
+
+    async def infer(self, request: InferRequest, declared: Mapping[str, str] | None = None) -> InferResponse:
+        if not self.accepting:
+            raise unavailable("server is shutting down and no longer accepts requests")
+        lv = self.registry.find(request.model_name, request.model_version)
+        sig = self.signature(lv)
+        start = time.perf_counter_ns()
+        self.in_flight += 1
+        try:
+            inputs = check_inputs(sig, request.inputs, declared or {})
+            requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
+            backend_request = BackendRequest(inputs, requested, request.parameters, request.id)
+            rec = self.registry.records[request.model_name]
+            parameters: dict[str, bool | int | float | str] = {}
+            if rec.ensemble is not None:
+                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request)
+                parameters["ensemble_versions"] = versions
+            else:
+                outputs = await self._infer_model(lv, backend_request)
+        except Exception:
+            lv.stats.fail.add(time.perf_counter_ns() - start)
+            raise
+        finally:
+            self.in_flight -= 1
+        lv.stats.success.add(time.perf_counter_ns() - start)
+        lv.stats.last_inference_ms = int(time.time() * 1000)
+        missing = [n for n in requested if n not in outputs]
+        if missing:
+            raise InferenceError(
+                unavailable("").code, f"model '{request.model_name}' did not produce requested output(s) {missing}"
+            )
+        return InferResponse(
+            model_name=request.model_name,
+            model_version=str(lv.version),
+            outputs={n: outputs[n] for n in requested},
+            id=request.id,
+            parameters=parameters,
+        )
+
+    async def _infer_model(self, lv: LoadedVersion, request: BackendRequest) -> dict[str, Tensor]:
+        if lv.scheduler is None:
+            raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
+        Registry.acquire(lv)
+        try:
+            return await lv.scheduler.submit(request)
+        finally:
+            Registry.release(lv)
+
+    async def _infer_ensemble(
+        self, lv: LoadedVersion, graph: object, request: BackendRequest
+    ) -> tuple[dict[str, Tensor], str]:
+        assert isinstance(graph, EnsembleGraph)
+        steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
+        if not steps:
+            raise unavailable(f"ensemble '{lv.model}' has no ready version set")
+        for step_lv in steps.values():
+            Registry.acquire(step_lv)
+        Registry.acquire(lv)
+
+        async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
+            step_lv = steps[step.model_name]
+            scheduler = step_lv.scheduler
+            if scheduler is None:
+                raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
+            started = time.perf_counter_ns()
+            try:
+                result = await scheduler.submit(step_request)
+            except Exception:
+                step_lv.stats.fail.add(time.perf_counter_ns() - started)
+                raise
+            step_lv.stats.success.add(time.perf_counter_ns() - started)
+            return result
+
+        try:
+            outputs = await run_ensemble(
+                graph, request.inputs, request.requested_outputs, call_step, request_id=request.request_id
+            )
+        finally:
+            for step_lv in steps.values():
+                Registry.release(step_lv)
+            Registry.release(lv)
+        versions = ",".join(f"{m}:{s.version}" for m, s in sorted(steps.items()))
+        return outputs, versions

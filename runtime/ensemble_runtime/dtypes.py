@@ -1,0 +1,111 @@
+"""Triton data types: config enum names, wire names, numpy dtypes, and BYTES (de)serialisation."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ensemble_runtime.errors import invalid
+
+# wire name -> numpy dtype (BYTES is an object array of bytes)
+_WIRE_TO_NUMPY: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+_NUMPY_TO_WIRE: dict[np.dtype[Any], str] = {v: k for k, v in _WIRE_TO_NUMPY.items() if k != "BYTES"}
+
+WIRE_TYPES: frozenset[str] = frozenset(_WIRE_TO_NUMPY) | {"BF16"}
+
+
+def config_to_wire(config_type_name: str) -> str:
+    """`TYPE_FP32` -> `FP32`; `TYPE_STRING` -> `BYTES` (Triton's naming)."""
+    name = config_type_name.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def wire_to_config(wire: str) -> str:
+    return "TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}"
+
+
+def wire_to_numpy(wire: str) -> np.dtype[Any]:
+    try:
+        return _WIRE_TO_NUMPY[wire]
+    except KeyError:
+        raise invalid(f"unsupported datatype '{wire}'") from None
+
+
+def numpy_to_wire(dtype: np.dtype[Any]) -> str:
+    if dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _NUMPY_TO_WIRE[np.dtype(dtype)]
+    except KeyError:
+        raise invalid(f"numpy dtype {dtype} has no Triton equivalent") from None
+
+
+def element_size(wire: str) -> int:
+    """Bytes per element of a fixed-size type; 0 for BYTES."""
+    if wire == "BYTES":
+        return 0
+    if wire == "BF16":
+        return 2
+    return wire_to_numpy(wire).itemsize
+
+
+def serialize_bytes(array: npt.NDArray[Any]) -> bytes:
+    """BYTES tensor -> Triton's raw form: each element as 4-byte little-endian length + bytes, row-major."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = item if isinstance(item, bytes) else str(item).encode() if not isinstance(item, bytearray) else bytes(item)
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(raw: bytes, count: int, name: str) -> npt.NDArray[np.object_]:
+    """Triton's raw BYTES form -> object array of `count` elements; names the tensor when malformed."""
+    out = np.empty(count, dtype=np.object_)
+    view = memoryview(raw)
+    offset = 0
+    for i in range(count):
+        if offset + 4 > len(view):
+            raise invalid(
+                f"input '{name}': raw BYTES content ends after {i} of {count} elements "
+                f"(no length prefix at byte {offset})"
+            )
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise invalid(
+                f"input '{name}': element {i} declares {length} bytes but only {len(view) - offset} remain"
+            )
+        out[i] = bytes(view[offset : offset + length])
+        offset += length
+    if offset != len(view):
+        raise invalid(f"input '{name}': {len(view) - offset} unexpected trailing bytes after {count} elements")
+    return out
+
+
+def to_bytes_array(array: npt.NDArray[Any]) -> npt.NDArray[np.object_]:
+    """Normalise str/bytes/object arrays to an object array of bytes."""
+    if array.dtype == np.object_:
+        flat = [x if isinstance(x, bytes) else str(x).encode() for x in array.reshape(-1)]
+    else:
+        flat = [x if isinstance(x, bytes) else str(x).encode() for x in array.reshape(-1).tolist()]
+    out = np.empty(len(flat), dtype=np.object_)
+    out[:] = flat
+    return out.reshape(array.shape)

@@ -1,0 +1,62 @@
+"""Transport-neutral inference request and response types shared by every layer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Tensor = npt.NDArray[Any]
+ParamValue = bool | int | float | str
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """One inference call as the data plane sees it (after protocol decoding)."""
+
+    model_name: str
+    model_version: str = ""
+    inputs: dict[str, Tensor] = field(default_factory=dict)
+    requested_outputs: list[str] = field(default_factory=list)  # empty = all outputs
+    id: str = ""
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    # per requested output parameters (e.g. classification), kept for echo only
+    output_parameters: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    outputs: dict[str, Tensor]
+    id: str = ""
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRequest:
+    """What a backend instance receives: validated inputs and the outputs wanted."""
+
+    inputs: Mapping[str, Tensor]
+    requested_outputs: tuple[str, ...]
+    parameters: Mapping[str, ParamValue] = field(default_factory=dict)
+    request_id: str = ""
+
+
+BackendResult = dict[str, Tensor] | BaseException
+
+
+def batch_size_of(inputs: Mapping[str, Tensor]) -> int:
+    """Leading dimension shared by the inputs of a batched request (1 when there are none)."""
+    for array in inputs.values():
+        return int(array.shape[0]) if array.ndim else 1
+    return 1
+
+
+def as_object_array(values: list[bytes]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=np.object_)
+    out[:] = values
+    return out

@@ -1,0 +1,66 @@
+"""Prometheus metrics with Triton's names, read from the registry at scrape time (no global registry)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ensemble_runtime.registry import Registry
+
+_LABELS = ["model", "version"]
+
+
+class RuntimeCollector(Collector):
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        success = CounterMetricFamily("nv_inference_request_success", "Number of successful inference requests", labels=_LABELS)
+        failure = CounterMetricFamily("nv_inference_request_failure", "Number of failed inference requests", labels=_LABELS)
+        count = CounterMetricFamily("nv_inference_count", "Number of inferences performed (batch elements)", labels=_LABELS)
+        execs = CounterMetricFamily("nv_inference_exec_count", "Number of model executions performed", labels=_LABELS)
+        durations = {
+            "success": CounterMetricFamily("nv_inference_request_duration_us", "Cumulative request duration", labels=_LABELS),
+            "queue": CounterMetricFamily("nv_inference_queue_duration_us", "Cumulative time requests spent queued", labels=_LABELS),
+            "compute_input": CounterMetricFamily(
+                "nv_inference_compute_input_duration_us", "Cumulative compute input duration", labels=_LABELS
+            ),
+            "compute_infer": CounterMetricFamily(
+                "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration", labels=_LABELS
+            ),
+            "compute_output": CounterMetricFamily(
+                "nv_inference_compute_output_duration_us", "Cumulative compute output duration", labels=_LABELS
+            ),
+        }
+        ready = GaugeMetricFamily("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
+        served = GaugeMetricFamily(
+            "ensemble_served_version", "Version of each step model an ensemble serves now", labels=["ensemble", "model"]
+        )
+        failures = GaugeMetricFamily(
+            "ensemble_model_load_failure", "1 when the latest load of a model version failed", labels=_LABELS
+        )
+        for name, rec in sorted(self._registry.records.items()):
+            for number, lv in sorted(rec.versions.items()):
+                labels = [name, str(number)]
+                stats = lv.stats
+                success.add_metric(labels, stats.success.count)
+                failure.add_metric(labels, stats.fail.count)
+                count.add_metric(labels, stats.inference_count)
+                execs.add_metric(labels, stats.execution_count)
+                for key, family in durations.items():
+                    family.add_metric(labels, getattr(stats, key).ns / 1000)
+                ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
+                failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
+            if rec.ensemble is not None:
+                for model, lv in sorted(rec.ensemble.steps.items()):
+                    served.add_metric([name, model], lv.version)
+        yield from (success, failure, count, execs, *durations.values(), ready, served, failures)
+
+
+def build_metrics_registry(registry: Registry) -> CollectorRegistry:
+    metrics = CollectorRegistry(auto_describe=False)
+    metrics.register(RuntimeCollector(registry))
+    return metrics

@@ -1,0 +1,369 @@
+"""Loading and unloading models from the repository into the registry: load new, commit, then drain old."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller
+from ensemble_runtime.batching import BatchPolicy, Scheduler
+from ensemble_runtime.config.model_config import (
+    ConfigError,
+    apply_defaults,
+    backend_of,
+    check_config,
+    is_ensemble,
+    parse_config_override,
+    parse_config_text,
+)
+from ensemble_runtime.ensemble.graph import EnsembleGraph, build_graph
+from ensemble_runtime.errors import InferenceError, invalid, not_found, unavailable
+from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
+from ensemble_runtime.repository.local import ModelLocation, scan_roots
+from ensemble_runtime.repository.policy import select_versions
+
+log = logging.getLogger(__name__)
+
+ENSEMBLE_VERSION = 1  # an ensemble needs no version folder; it serves as version 1 unless folders say otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+@dataclass
+class _Plan:
+    """What one load operation decided for one model, before commit."""
+
+    record: ModelRecord
+    served: tuple[int, ...]
+    new: list[LoadedVersion] = field(default_factory=list)
+
+
+def _infer_platform(location: ModelLocation) -> mc.ModelConfig:
+    """A model without config.pbtxt: pick the backend from the model file, as Triton's autocomplete does."""
+    config = mc.ModelConfig()
+    for version_path in sorted(location.versions.values(), reverse=True):
+        if (version_path / "model.onnx").exists():
+            config.platform = "onnxruntime_onnx"
+            return config
+        if (version_path / "model.plan").exists():
+            config.platform = "tensorrt_plan"
+            return config
+        if (version_path / "model.py").exists():
+            config.backend = "python"
+            return config
+    raise ConfigError(f"model '{location.name}': no config.pbtxt and no model file to infer a backend from")
+
+
+def _fingerprint(config: mc.ModelConfig, path: Path) -> str:
+    """Identity of one version as loaded: its config and every file's name, size and modification time."""
+    digest = hashlib.sha256(config.SerializeToString(deterministic=True))
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            stat = item.stat()
+            digest.update(f"{item.relative_to(path)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
+
+
+def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[str, LoadedVersion]:
+    """The version of every step model an ensemble serves now; raises naming the step that is not ready."""
+    assert rec.ensemble is not None
+    graph = rec.ensemble.graph
+    assert isinstance(graph, EnsembleGraph)
+    chosen: dict[str, LoadedVersion] = {}
+    for step in graph.steps:
+        step_rec = registry.records.get(step.model_name)
+        if step_rec is None or not step_rec.served:
+            raise unavailable(f"ensemble '{rec.name}': step model '{step.model_name}' is not ready")
+        if step.model_version == -1:
+            lv = step_rec.versions[step_rec.served[-1]]
+        elif step.model_version in step_rec.served:
+            lv = step_rec.versions[step.model_version]
+        else:
+            raise unavailable(
+                f"ensemble '{rec.name}': step model '{step.model_name}' version {step.model_version} is not ready"
+            )
+        chosen[step.model_name] = lv
+    return chosen
+
+
+@dataclass
+class ModelManager:
+    roots: Sequence[Path]
+    backends: Mapping[str, Backend]
+    registry: Registry
+    caller: ModelCaller
+    cache_dir: Path | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _locations: dict[str, ModelLocation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.registry.resolve_ensemble_set = resolve_ensemble_set
+
+    def scan(self) -> dict[str, ModelLocation]:
+        self._locations = scan_roots(self.roots)
+        return self._locations
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        entries: list[IndexEntry] = []
+        names = sorted(set(self._locations) | set(self.registry.records))
+        for name in names:
+            rec = self.registry.records.get(name)
+            if rec is None or (not rec.versions and not rec.reason):
+                if not ready_only:
+                    entries.append(IndexEntry(name, "", "", "unloaded" if rec else ""))
+                continue
+            if not rec.versions:
+                if not ready_only:
+                    entries.append(IndexEntry(name, "", VersionState.UNAVAILABLE.value, rec.reason))
+                continue
+            for number, lv in sorted(rec.versions.items()):
+                state = lv.state.value
+                reason = lv.reason
+                if rec.ensemble is not None and not rec.ready:
+                    state, reason = VersionState.UNAVAILABLE.value, rec.ensemble.reason or rec.reason
+                if ready_only and state != VersionState.READY.value:
+                    continue
+                entries.append(IndexEntry(name, str(number), state, reason))
+        return entries
+
+    async def load(self, names: Iterable[str], overrides: Mapping[str, str] | None = None) -> None:
+        """Load (or re-sync) models and, for ensembles, their steps; switch all of them at once."""
+        async with self._lock:
+            self.scan()
+            wanted = self._with_steps(list(names), overrides or {})
+            plans: list[_Plan] = []
+            errors: list[str] = []
+            for name in wanted:
+                try:
+                    plans.append(await self._prepare(name, (overrides or {}).get(name)))
+                except (ConfigError, InferenceError) as exc:
+                    message = str(exc)
+                    rec = self.registry.record(name)
+                    rec.reason = message
+                    log.error("failed to load '%s': %s", name, message)
+                    errors.append(f"failed to load '{name}': {message}")
+            self._commit(plans)
+            for plan in plans:
+                if plan.record.reason:
+                    errors.append(f"failed to load '{plan.record.name}': {plan.record.reason}")
+                if plan.record.ensemble is not None and plan.record.ensemble.reason:
+                    errors.append(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}")
+            if errors:
+                raise invalid("; ".join(dict.fromkeys(errors)))
+
+    def _with_steps(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
+        """Names plus the step models of any ensembles among them, steps first."""
+        ordered: list[str] = []
+        for name in names:
+            config = self._peek_config(name, overrides.get(name))
+            if config is not None and is_ensemble(config):
+                for step in config.ensemble_scheduling.step:
+                    if step.model_name not in ordered and step.model_name != name:
+                        ordered.extend(self._with_steps([step.model_name], overrides))
+            if name not in ordered:
+                ordered.append(name)
+        return list(dict.fromkeys(ordered))
+
+    def _peek_config(self, name: str, override: str | None) -> mc.ModelConfig | None:
+        try:
+            if override:
+                return parse_config_override(override, f"config override for '{name}'")
+            location = self._locations.get(name)
+            path = location.path / "config.pbtxt" if location else None
+            return parse_config_text(path.read_text(), str(path)) if path and path.is_file() else None
+        except (ConfigError, OSError):
+            return None
+
+    def _read_config(self, location: ModelLocation, override: str | None) -> mc.ModelConfig:
+        if location.error:
+            raise ConfigError(location.error)
+        if override:
+            raw = parse_config_override(override, f"config override for '{location.name}'")
+        else:
+            path = location.path / "config.pbtxt"
+            raw = parse_config_text(path.read_text(), str(path)) if path.is_file() else _infer_platform(location)
+        config = apply_defaults(raw, location.name)
+        check_config(config, location.name)
+        return config
+
+    async def _prepare(self, name: str, override: str | None) -> _Plan:
+        location = self._locations.get(name)
+        if location is None:
+            raise not_found(f"model '{name}' is not in any model repository")
+        config = self._read_config(location, override)
+        rec = self.registry.record(name)
+        rec.explicitly_unloaded = False
+        rec.reason = ""
+        if is_ensemble(config):
+            return self._prepare_ensemble(rec, location, config)
+        backend = self.backends.get(backend_of(config))
+        if backend is None:
+            raise ConfigError(f"model '{name}': backend '{backend_of(config)}' is not available in this runtime")
+        selection = select_versions(config.version_policy, location.versions)
+        if not selection.selected:
+            missing = f" (asked for {list(selection.missing)})" if selection.missing else ""
+            raise ConfigError(f"model '{name}': no version available under its version policy{missing}")
+        plan = _Plan(record=rec, served=())
+        failures: list[str] = [f"version {v} not found in the repository" for v in selection.missing]
+        ready: list[int] = []
+        for version in selection.selected:
+            path = location.versions[version]
+            fingerprint = _fingerprint(config, path)
+            current = rec.versions.get(version)
+            if current is not None and current.state == VersionState.READY and current.fingerprint == fingerprint:
+                ready.append(version)
+                continue
+            lv = await self._load_version(name, config, version, path, location.path, backend)
+            lv.fingerprint = fingerprint
+            plan.new.append(lv)
+            if lv.state == VersionState.UNAVAILABLE:
+                failures.append(f"version {version}: {lv.reason}")
+            else:
+                ready.append(version)
+        if failures and rec.served:
+            # A failed new version never takes traffic: keep serving what was served before.
+            rec.reason = "; ".join(failures) + f" (still serving version(s) {list(rec.served)})"
+            plan.served = rec.served
+        else:
+            rec.reason = "; ".join(failures)
+            plan.served = tuple(ready)
+        if plan.served:
+            served_configs = [rec.versions.get(v) for v in plan.served]
+            newest = next((lv for lv in reversed(plan.new) if lv.state != VersionState.UNAVAILABLE), None)
+            rec.config = newest.config if newest else (served_configs[-1].config if served_configs[-1] else config)
+        elif rec.config is None:
+            rec.config = config
+        return plan
+
+    def _prepare_ensemble(self, rec: ModelRecord, location: ModelLocation, config: mc.ModelConfig) -> _Plan:
+        step_configs: dict[str, mc.ModelConfig] = {}
+        available: dict[str, list[int]] = {}
+        for step in config.ensemble_scheduling.step:
+            step_rec = self.registry.records.get(step.model_name)
+            if step_rec is not None and step_rec.config is not None:
+                step_configs[step.model_name] = step_rec.config
+                available[step.model_name] = list(step_rec.served)
+        graph = build_graph(config, step_configs, available)
+        version = max(location.versions) if location.versions else ENSEMBLE_VERSION
+        lv = rec.versions.get(version)
+        if lv is None:
+            lv = LoadedVersion(model=rec.name, version=version, config=config, scheduler=None)
+            rec.versions[version] = lv
+        lv.config = config
+        lv.state = VersionState.READY
+        rec.config = config
+        rec.ensemble = EnsembleState(graph=graph)
+        return _Plan(record=rec, served=(version,))
+
+    async def _load_version(
+        self, name: str, config: mc.ModelConfig, version: int, path: Path, model_path: Path, backend: Backend
+    ) -> LoadedVersion:
+        lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
+        try:
+            prepared = backend.prepare_config(config, path)
+            lv.config = prepared
+            instances = await backend.load(
+                LoadContext(
+                    config=prepared,
+                    version=version,
+                    version_path=path,
+                    model_path=model_path,
+                    caller=self.caller,
+                    cache_dir=self.cache_dir,
+                )
+            )
+        except (ConfigError, InferenceError) as exc:
+            lv.state, lv.reason = VersionState.UNAVAILABLE, str(exc)
+        except Exception as exc:  # user code (e.g. a Python model's initialize) can raise anything
+            lv.state, lv.reason = VersionState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+        else:
+            scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
+            scheduler.start()
+            lv.scheduler = scheduler
+            log.info("loaded model '%s' version %d", name, version)
+        if lv.state == VersionState.UNAVAILABLE:
+            log.error("failed to load model '%s' version %d: %s", name, version, lv.reason)
+        return lv
+
+    def _commit(self, plans: list[_Plan]) -> None:
+        rejected: list[LoadedVersion] = []
+        for plan in plans:
+            for lv in plan.new:
+                if lv.version in plan.served:
+                    plan.record.versions[lv.version] = lv
+                elif lv.state == VersionState.UNAVAILABLE:
+                    # keep the failure visible unless a good version of that number is loaded
+                    existing = plan.record.versions.get(lv.version)
+                    if existing is None or existing.version not in plan.record.served:
+                        plan.record.versions[lv.version] = lv
+                else:
+                    rejected.append(lv)
+        dropped = self.registry.commit({plan.record.name: plan.served for plan in plans})
+        self.registry.retire(dropped + rejected)
+
+    async def unload(self, name: str) -> None:
+        async with self._lock:
+            rec = self.registry.records.get(name)
+            if rec is None or not rec.versions:
+                raise not_found(f"failed to unload '{name}': model is not loaded")
+            rec.explicitly_unloaded = True
+            dropped = self.registry.commit({name: ()})
+            dropped.extend(lv for lv in rec.versions.values() if lv.scheduler is None and lv not in dropped)
+            rec.ensemble = None
+            self.registry.refresh_ensembles()
+            self.registry.retire(dropped)
+            for lv in list(rec.versions.values()):
+                if lv.scheduler is None:
+                    del rec.versions[lv.version]
+            rec.reason = ""
+            log.info("unloading model '%s'", name)
+
+    def changed_models(self) -> list[str]:
+        """Loaded models whose repository content differs from what is loaded (poll mode)."""
+        self.scan()
+        changed: list[str] = []
+        for name, location in self._locations.items():
+            rec = self.registry.records.get(name)
+            if rec is None:
+                changed.append(name)
+                continue
+            if rec.explicitly_unloaded:
+                continue
+            try:
+                config = self._read_config(location, None)
+            except ConfigError:
+                changed.append(name)
+                continue
+            if is_ensemble(config):
+                if rec.config is None or rec.config.SerializeToString() != config.SerializeToString():
+                    changed.append(name)
+                continue
+            selection = select_versions(config.version_policy, location.versions)
+            fingerprints = {v: _fingerprint(config, location.versions[v]) for v in selection.selected}
+            served = {v: rec.versions[v].fingerprint for v in rec.served if v in rec.versions}
+            attempted = {v: lv.fingerprint for v, lv in rec.versions.items()}
+            if fingerprints != served and any(attempted.get(v) != f for v, f in fingerprints.items()):
+                changed.append(name)
+            elif set(served) - set(fingerprints):
+                changed.append(name)
+        return changed
+
+    def removed_models(self) -> list[str]:
+        """Loaded models whose directory is gone from every repository (poll mode unloads them)."""
+        return [
+            name
+            for name, rec in self.registry.records.items()
+            if name not in self._locations and rec.served and not rec.explicitly_unloaded
+        ]

@@ -1,0 +1,181 @@
+"""Protobuf <-> data plane types for the gRPC transport. Pure; no grpc import."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
+
+from ensemble_runtime.dtypes import deserialize_bytes, element_size, numpy_to_wire, serialize_bytes, wire_to_numpy
+from ensemble_runtime.errors import invalid
+from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
+from ensemble_runtime.stats import Duration, ModelStats
+from ensemble_runtime.validation import ModelSignature
+
+_TYPED_FIELDS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def _param(value: pb.InferParameter) -> ParamValue:
+    kind = value.WhichOneof("parameter_choice")
+    return getattr(value, kind) if kind else ""
+
+
+def _set_param(target: pb.InferParameter, value: ParamValue) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = str(value)
+
+
+def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[int, ...]:
+    for dim in tensor.shape:
+        if dim < 0:
+            raise invalid(f"input '{tensor.name}' has a negative dimension in shape {list(tensor.shape)}")
+    return tuple(int(d) for d in tensor.shape)
+
+
+def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> Tensor:
+    shape = _shape(tensor)
+    count = math.prod(shape)
+    if tensor.datatype == "BYTES":
+        return deserialize_bytes(raw, count, tensor.name).reshape(shape)
+    dtype = wire_to_numpy(tensor.datatype)
+    expected = count * element_size(tensor.datatype)
+    if len(raw) != expected:
+        raise invalid(
+            f"unexpected total byte size {len(raw)} for input '{tensor.name}', expecting {expected} "
+            f"({tensor.datatype} shape {list(shape)})"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
+    shape = _shape(tensor)
+    field = _TYPED_FIELDS.get(tensor.datatype)
+    if field is None:
+        raise invalid(f"input '{tensor.name}': datatype '{tensor.datatype}' must be sent as raw contents")
+    values: Any = getattr(tensor.contents, field)
+    count = math.prod(shape)
+    if len(values) != count:
+        raise invalid(
+            f"unexpected number of elements {len(values)} for input '{tensor.name}', expecting {count} "
+            f"for shape {list(shape)}"
+        )
+    if tensor.datatype == "BYTES":
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+        return array.reshape(shape)
+    return np.asarray(values, dtype=wire_to_numpy(tensor.datatype)).reshape(shape)
+
+
+def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, str]]:
+    """ModelInferRequest -> (InferRequest, datatype each input declared)."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise invalid(
+            f"expected {len(request.inputs)} raw input contents (one per input) but got {len(raw)}"
+        )
+    inputs: dict[str, Tensor] = {}
+    declared: dict[str, str] = {}
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name in inputs:
+            raise invalid(f"input '{tensor.name}' is given more than once")
+        if tensor.datatype not in _TYPED_FIELDS and tensor.datatype not in ("FP16", "BF16"):
+            raise invalid(f"input '{tensor.name}' has unknown datatype '{tensor.datatype}'")
+        if tensor.datatype == "BF16":
+            raise invalid(f"input '{tensor.name}': datatype BF16 is not supported by this runtime")
+        inputs[tensor.name] = _from_raw(tensor, raw[index]) if raw else _from_typed(tensor)
+        declared[tensor.name] = tensor.datatype
+    outputs: list[str] = []
+    output_params: dict[str, dict[str, ParamValue]] = {}
+    for output in request.outputs:
+        if "classification" in output.parameters:
+            raise invalid(f"output '{output.name}': the classification extension is not supported")
+        outputs.append(output.name)
+        output_params[output.name] = {k: _param(v) for k, v in output.parameters.items()}
+    return (
+        InferRequest(
+            model_name=request.model_name,
+            model_version=request.model_version,
+            inputs=inputs,
+            requested_outputs=outputs,
+            id=request.id,
+            parameters={k: _param(v) for k, v in request.parameters.items()},
+            output_parameters=output_params,
+        ),
+        declared,
+    )
+
+
+def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+    out = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    for key, value in response.parameters.items():
+        _set_param(out.parameters[key], value)
+    raw = out.raw_output_contents
+    for name, array in response.outputs.items():
+        wire = numpy_to_wire(array.dtype)
+        out.outputs.add(name=name, datatype=wire, shape=array.shape)
+        raw.append(serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes())
+    return out
+
+
+def _io_metadata(sig: ModelSignature, outputs: bool) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    specs = sig.outputs if outputs else sig.inputs
+    return [
+        pb.ModelMetadataResponse.TensorMetadata(name=s.name, datatype=s.wire_type, shape=sig.full_dims(s))
+        for s in specs.values()
+    ]
+
+
+def model_metadata(sig: ModelSignature, config: mc.ModelConfig, versions: list[str]) -> pb.ModelMetadataResponse:
+    return pb.ModelMetadataResponse(
+        name=config.name,
+        versions=versions,
+        platform=config.platform or config.backend,
+        inputs=_io_metadata(sig, outputs=False),
+        outputs=_io_metadata(sig, outputs=True),
+    )
+
+
+def _duration(target: pb.StatisticDuration, source: Duration) -> None:
+    target.count = source.count
+    target.ns = source.ns
+
+
+def model_statistics(name: str, version: int, stats: ModelStats) -> pb.ModelStatistics:
+    out = pb.ModelStatistics(
+        name=name,
+        version=str(version),
+        last_inference=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+    )
+    infer = out.inference_stats
+    for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+        _duration(getattr(infer, field_name), getattr(stats, field_name))
+    for size, batch in sorted(stats.batches.items()):
+        entry = out.batch_stats.add(batch_size=size)
+        _duration(entry.compute_input, batch.compute_input)
+        _duration(entry.compute_infer, batch.compute_infer)
+        _duration(entry.compute_output, batch.compute_output)
+    return out

@@ -1,0 +1,153 @@
+"""The KServe v2 / Triton gRPC service and the standard gRPC health service, over the data plane."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.errors import ErrorCode, InferenceError, internal
+from ensemble_runtime.protocol import grpc_codec
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+SERVICE = "inference.GRPCInferenceService"
+
+
+async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[], Awaitable[T]]) -> T:
+    """Run a handler; turn InferenceError into the gRPC status Triton uses, and anything else into INTERNAL."""
+    try:
+        return await call()
+    except InferenceError as exc:
+        await context.abort(grpc.StatusCode[exc.code.name], exc.message)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in gRPC handler")
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable")
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dp = dataplane
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._dp.live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._dp.ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self._dp.model_ready(request.name, request.version))
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        name, version, extensions = self._dp.server_metadata()
+        return pb.ServerMetadataResponse(name=name, version=version, extensions=list(extensions))
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        async def run() -> pb.ModelMetadataResponse:
+            lv = self._dp.model_version(request.name, request.version)
+            rec = self._dp.registry.records[request.name]
+            return grpc_codec.model_metadata(self._dp.signature(lv), lv.config, [str(v) for v in rec.served])
+
+        return await _guard(context, run)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        async def run() -> pb.ModelConfigResponse:
+            return pb.ModelConfigResponse(config=self._dp.model_config(request.name, request.version))
+
+        return await _guard(context, run)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        async def run() -> pb.ModelStatisticsResponse:
+            versions = self._dp.statistics(request.name, request.version)
+            return pb.ModelStatisticsResponse(
+                model_stats=[grpc_codec.model_statistics(lv.model, lv.version, lv.stats) for lv in versions]
+            )
+
+        return await _guard(context, run)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        entries = self._dp.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[
+                pb.RepositoryIndexResponse.ModelIndex(name=e.name, version=e.version, state=e.state, reason=e.reason)
+                for e in entries
+            ]
+        )
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        async def run() -> pb.RepositoryModelLoadResponse:
+            override = None
+            if "config" in request.parameters:
+                override = request.parameters["config"].string_param
+            if any(key.startswith("file:") for key in request.parameters):
+                raise InferenceError(ErrorCode.UNIMPLEMENTED, "loading model files through the load request is not supported")
+            await self._dp.load(request.model_name, override)
+            return pb.RepositoryModelLoadResponse()
+
+        return await _guard(context, run)
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        async def run() -> pb.RepositoryModelUnloadResponse:
+            await self._dp.unload(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await _guard(context, run)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        async def run() -> pb.ModelInferResponse:
+            decoded, declared = grpc_codec.decode_request(request)
+            response = await self._dp.infer(decoded, declared)
+            return grpc_codec.encode_response(response)
+
+        return await _guard(context, run)
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
+        async for request in request_iterator:
+            try:
+                decoded, declared = grpc_codec.decode_request(request)
+                response = await self._dp.infer(decoded, declared)
+                yield pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_response(response))
+            except InferenceError as exc:
+                yield pb.ModelStreamInferResponse(error_message=exc.message)
+            except Exception as exc:
+                yield pb.ModelStreamInferResponse(error_message=str(internal(f"{type(exc).__name__}: {exc}")))
+
+
+class Health:
+    """The standard grpc.health.v1 service; SERVING overall and for the inference service iff the server is ready."""
+
+    def __init__(self) -> None:
+        self.servicer = HealthServicer()
+
+    async def update(self, ready: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.servicer.set("", status)
+        await self.servicer.set(SERVICE, status)
+
+
+def build_grpc_server(dataplane: DataPlane, health: Health, max_message_bytes: int) -> grpc.aio.Server:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    return server

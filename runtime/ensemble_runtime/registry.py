@@ -1,0 +1,196 @@
+"""Loaded model versions, the versions each model serves, ensemble version sets, in-flight counts and drain.
+
+Everything here runs on the event loop thread; `commit` is synchronous, so a switch of served versions
+(for several models and every ensemble over them) is atomic with respect to requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.batching import Scheduler
+from ensemble_runtime.errors import not_found, unavailable
+from ensemble_runtime.stats import ModelStats
+
+log = logging.getLogger(__name__)
+
+
+class VersionState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(eq=False)
+class LoadedVersion:
+    model: str
+    version: int
+    config: mc.ModelConfig
+    scheduler: Scheduler | None  # None for ensembles and failed versions
+    stats: ModelStats = field(default_factory=ModelStats)
+    state: VersionState = VersionState.LOADING
+    reason: str = ""
+    fingerprint: str = ""
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+@dataclass(eq=False)
+class EnsembleState:
+    graph: object  # ensemble.graph.EnsembleGraph (kept opaque here to keep layers one-way)
+    steps: dict[str, LoadedVersion] = field(default_factory=dict)  # the version set served, per step model
+    reason: str = ""
+
+
+@dataclass(eq=False)
+class ModelRecord:
+    name: str
+    config: mc.ModelConfig | None = None
+    versions: dict[int, LoadedVersion] = field(default_factory=dict)
+    served: tuple[int, ...] = ()
+    reason: str = ""  # why the model (or its newest attempt) is not what was asked for
+    ensemble: EnsembleState | None = None
+    explicitly_unloaded: bool = False
+
+    @property
+    def ready(self) -> bool:
+        if self.ensemble is not None:
+            return bool(self.served) and bool(self.ensemble.steps) and not self.ensemble.reason
+        return bool(self.served)
+
+    def default_version(self) -> LoadedVersion | None:
+        return self.versions[self.served[-1]] if self.served else None
+
+
+# Computes an ensemble's version set from the registry, or raises ConfigError/InferenceError with a reason.
+SetResolver = Callable[["Registry", ModelRecord], dict[str, LoadedVersion]]
+
+
+@dataclass
+class Registry:
+    records: dict[str, ModelRecord] = field(default_factory=dict)
+    resolve_ensemble_set: SetResolver | None = None
+    retiring: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def record(self, name: str) -> ModelRecord:
+        rec = self.records.get(name)
+        if rec is None:
+            rec = self.records[name] = ModelRecord(name)
+        return rec
+
+    def find(self, name: str, version: str) -> LoadedVersion:
+        """The version a request for (name, version) runs on; '' means the model's default version."""
+        rec = self.records.get(name)
+        if rec is None or (not rec.versions and not rec.reason):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version:
+            try:
+                number = int(version)
+            except ValueError:
+                raise not_found(f"Request for unknown model: '{name}' version '{version}' is not a number") from None
+            if number not in rec.versions:
+                raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+            if number not in rec.served:
+                lv = rec.versions[number]
+                why = f": {lv.reason}" if lv.reason else ""
+                raise unavailable(f"Request for unavailable model: '{name}' version {number} is not ready{why}")
+            found = rec.versions[number]
+        else:
+            default = rec.default_version()
+            if default is None:
+                why = f": {rec.reason}" if rec.reason else ""
+                raise unavailable(f"Request for unavailable model: '{name}' has no ready version{why}")
+            found = default
+        if rec.ensemble is not None and not rec.ready:
+            raise unavailable(f"Request for unavailable model: ensemble '{name}' is not ready: {rec.ensemble.reason}")
+        return found
+
+    def ensemble_set(self, name: str) -> dict[str, LoadedVersion]:
+        rec = self.records[name]
+        assert rec.ensemble is not None
+        return rec.ensemble.steps
+
+    @staticmethod
+    def acquire(lv: LoadedVersion) -> None:
+        lv.in_flight += 1
+        lv.idle.clear()
+
+    @staticmethod
+    def release(lv: LoadedVersion) -> None:
+        lv.in_flight -= 1
+        if lv.in_flight == 0:
+            lv.idle.set()
+
+    def commit(self, served: Mapping[str, tuple[int, ...]]) -> list[LoadedVersion]:
+        """Switch the served versions of several models at once and refresh every ensemble's set.
+
+        Returns the versions that no longer take traffic; the caller retires them (drain, then close).
+        """
+        before = self._in_use()
+        for name, versions in served.items():
+            rec = self.record(name)
+            rec.served = tuple(sorted(versions))
+            for number in rec.served:
+                rec.versions[number].state = VersionState.READY
+        self.refresh_ensembles()
+        after = self._in_use()
+        dropped = [lv for lv in before if lv not in after]
+        for lv in dropped:
+            lv.state = VersionState.UNLOADING
+        return dropped
+
+    def refresh_ensembles(self) -> None:
+        for rec in self.records.values():
+            if rec.ensemble is None or not rec.served or self.resolve_ensemble_set is None:
+                continue
+            try:
+                steps = self.resolve_ensemble_set(self, rec)
+            except Exception as exc:
+                rec.ensemble.reason = str(exc)
+                rec.ensemble.steps = {}
+                continue
+            if steps != rec.ensemble.steps:
+                described = ", ".join(f"{m}:{lv.version}" for m, lv in sorted(steps.items()))
+                log.info("ensemble '%s' now serves version set {%s}", rec.name, described)
+            rec.ensemble.steps = steps
+            rec.ensemble.reason = ""
+
+    def _in_use(self) -> set[LoadedVersion]:
+        used: set[LoadedVersion] = set()
+        for rec in self.records.values():
+            used.update(rec.versions[v] for v in rec.served if v in rec.versions)
+            if rec.ensemble is not None:
+                used.update(rec.ensemble.steps.values())
+        return used
+
+    def retire(self, versions: list[LoadedVersion]) -> None:
+        for lv in versions:
+            task = asyncio.get_running_loop().create_task(self._drain_and_close(lv))
+            self.retiring.add(task)
+            task.add_done_callback(self.retiring.discard)
+
+    async def _drain_and_close(self, lv: LoadedVersion) -> None:
+        await lv.idle.wait()
+        if lv in self._in_use():  # taken back into service while draining
+            lv.state = VersionState.READY
+            return
+        if lv.scheduler is not None:
+            await lv.scheduler.close()
+        rec = self.records.get(lv.model)
+        if rec is not None and rec.versions.get(lv.version) is lv:
+            del rec.versions[lv.version]
+        log.info("unloaded model '%s' version %d", lv.model, lv.version)
+
+    async def wait_retired(self) -> None:
+        while self.retiring:
+            await asyncio.gather(*list(self.retiring), return_exceptions=True)

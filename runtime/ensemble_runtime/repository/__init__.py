@@ -1,0 +1,1 @@
+"""Model repository sources and version selection."""

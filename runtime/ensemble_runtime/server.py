@@ -1,0 +1,159 @@
+"""Wiring and lifecycle: build the data plane, start transports, load models, poll, drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from aiohttp import web
+
+from ensemble_runtime.backends.base import Backend
+from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
+from ensemble_runtime.backends.python.backend import PythonBackend
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.metrics import build_metrics_registry
+from ensemble_runtime.model_manager import ModelManager
+from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
+from ensemble_runtime.protocol.http_server import build_http_app
+from ensemble_runtime.protocol.metrics_http import build_metrics_app
+from ensemble_runtime.registry import Registry
+from ensemble_runtime.settings import ControlMode, RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+
+def default_backends() -> dict[str, Backend]:
+    return {"onnxruntime": OnnxRuntimeBackend(), "python": PythonBackend()}
+
+
+def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> DataPlane:
+    registry = Registry()
+    holder: list[DataPlane] = []
+
+    async def call_model(request: InferRequest) -> InferResponse:  # BLS: in-process, no network hop
+        return await holder[0].infer(request)
+
+    roots = [Path(r) for r in settings.model_repositories if "://" not in r]
+    manager = ModelManager(
+        roots=roots, backends=backends, registry=registry, caller=call_model, cache_dir=settings.model_cache_dir
+    )
+    dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness)
+    holder.append(dataplane)
+    return dataplane
+
+
+@dataclass
+class Server:
+    settings: RuntimeSettings
+    dataplane: DataPlane
+    health: Health = field(default_factory=Health)
+    _grpc: grpc.aio.Server | None = None
+    _runners: list[web.AppRunner] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        s = self.settings
+        if s.allow_grpc:
+            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes)
+            self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
+            await self._grpc.start()
+        if s.allow_http:
+            await self._serve_http(build_http_app(self.dataplane, s.http_max_body_bytes), s.http_address, s.http_port)
+        if s.allow_metrics:
+            metrics = build_metrics_registry(self.dataplane.registry)
+            await self._serve_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port)
+        log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
+                 s.http_address, s.http_port, s.metrics_address, s.metrics_port)
+        await self.health.update(False)
+        await self._initial_load()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._health_loop()))
+        if s.control_mode == ControlMode.POLL:
+            self._tasks.append(loop.create_task(self._poll_loop()))
+
+    async def _serve_http(self, app: web.Application, host: str, port: int) -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        self._runners.append(runner)
+
+    async def _initial_load(self) -> None:
+        manager = self.dataplane.manager
+        available = sorted(manager.scan())
+        if self.settings.control_mode == ControlMode.EXPLICIT:
+            wanted = available if "*" in self.settings.load_models else self.settings.load_models
+        else:
+            wanted = available
+        if not wanted:
+            return
+        try:
+            await manager.load(wanted)
+        except InferenceError as exc:  # one bad model never stops the server
+            log.error("some models failed to load: %s", exc.message)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await self.health.update(self.dataplane.ready())
+            await asyncio.sleep(0.5)
+
+    async def _poll_loop(self) -> None:
+        manager = self.dataplane.manager
+        while True:
+            await asyncio.sleep(self.settings.poll_secs)
+            try:
+                for name in manager.removed_models():
+                    await manager.unload(name)
+                changed = manager.changed_models()
+                if changed:
+                    log.info("repository poll: changes in %s", ", ".join(changed))
+                    await manager.load(changed)
+            except InferenceError as exc:
+                log.error("repository poll: %s", exc.message)
+            except Exception:  # keep polling whatever happens (Triton stops: their #6534)
+                log.exception("repository poll failed; will retry")
+
+    async def drain_and_stop(self) -> None:
+        """Stop taking requests, let in-flight ones finish (up to the exit timeout), then stop."""
+        dp = self.dataplane
+        dp.accepting = False
+        await self.health.update(False)
+        deadline = time.monotonic() + self.settings.exit_timeout_secs
+        while dp.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if dp.in_flight:
+            log.warning("exit timeout reached with %d requests in flight", dp.in_flight)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        for runner in self._runners:
+            await runner.cleanup()
+        for rec in list(dp.registry.records.values()):
+            for lv in list(rec.versions.values()):
+                if lv.scheduler is not None:
+                    await lv.scheduler.close()
+
+
+async def serve(settings: RuntimeSettings) -> None:
+    server = Server(settings, build_dataplane(settings, default_backends()))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    log.info("server ready: %s", server.dataplane.ready())
+    await stop.wait()
+    log.info("signal received: draining")
+    await server.drain_and_stop()
+    log.info("stopped")

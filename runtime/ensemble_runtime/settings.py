@@ -1,0 +1,87 @@
+"""Runtime settings from tritonserver-style command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class ControlMode(enum.Enum):
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
+
+
+class RuntimeSettings(BaseModel):
+    model_repositories: list[str] = Field(default_factory=list)
+    repository_config: Path | None = None
+    control_mode: ControlMode = ControlMode.NONE
+    load_models: list[str] = Field(default_factory=list)
+    poll_secs: float = 15.0
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    allow_grpc: bool = True
+    allow_http: bool = True
+    allow_metrics: bool = True
+    strict_readiness: bool = True
+    exit_timeout_secs: float = 30.0
+    grpc_max_message_bytes: int = 256 * 1024 * 1024
+    http_max_body_bytes: int = 256 * 1024 * 1024
+    model_cache_dir: Path | None = None
+    log_verbose: int = 0
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ensemble-runtime",
+        description="Triton-compatible inference server for versioned model ensembles (tritonserver flag names).",
+    )
+    p.add_argument("--model-repository", "--model-store", action="append", default=[], dest="model_repositories",
+                   help="model repository root (repeatable): a directory, or s3://bucket/prefix")
+    p.add_argument("--repository-config", type=Path, default=None,
+                   help="JSON file naming each model's source and config (rendered by the operator)")
+    p.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none", dest="control_mode")
+    p.add_argument("--load-model", action="append", default=[], dest="load_models",
+                   help="model to load at startup in explicit mode (repeatable; '*' for all)")
+    p.add_argument("--repository-poll-secs", type=float, default=15.0, dest="poll_secs")
+    p.add_argument("--grpc-address", default="0.0.0.0")
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--http-address", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--metrics-address", default="0.0.0.0")
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--allow-grpc", type=_bool, default=True)
+    p.add_argument("--allow-http", type=_bool, default=True)
+    p.add_argument("--allow-metrics", type=_bool, default=True)
+    p.add_argument("--strict-readiness", type=_bool, default=True)
+    p.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    p.add_argument("--grpc-max-message-bytes", type=int, default=256 * 1024 * 1024,
+                   help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
+    p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024)
+    p.add_argument("--model-cache-dir", type=Path, default=None)
+    p.add_argument("--log-verbose", type=int, default=0)
+    return p
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
+    args = build_parser().parse_args(argv)
+    values = vars(args)
+    values["control_mode"] = ControlMode(values["control_mode"])
+    return RuntimeSettings(**values)
