@@ -1,0 +1,200 @@
+"""Golden-manifest tests of the plan. Regenerate with ENSEMBLE_OPERATOR_UPDATE_GOLDEN=1 after a
+deliberate change, then review the diff of tests/unit/operator/golden/."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ensemble_operator.api.v1alpha1 import Ensemble, Model
+from ensemble_operator.plan import ObjectKey, plan_ensemble
+from ensemble_operator.render.common import RESTART_HASH_ANNOTATION, RuntimeDefaults, parse_bytes
+from ensemble_operator.render.runtime_config import RepositoryConfig
+
+GOLDEN = Path(__file__).parent / "golden"
+DEFAULTS = RuntimeDefaults(image="registry.example/ensemble-runtime:test")
+
+
+def _kinds(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in objs}
+
+
+def _minimal(ensemble: Ensemble, models: dict[str, Model]) -> tuple[Ensemble, dict[str, Model]]:
+    """No autoscaling, default resources, IRSA instead of a Secret, a directory source."""
+    spec = ensemble.spec.model_copy(update={"autoscaling": None, "resources": None, "replicas": 1})
+    irsa = {"serviceAccountName": "model-reader", "region": "eu-west-1"}
+    changed = {
+        name: m.model_copy(
+            update={"spec": m.spec.model_copy(update={"s3": type(m.spec.s3).model_validate(irsa)})}
+        )
+        if m.spec.s3 is not None
+        else m
+        for name, m in models.items()
+    }
+    return ensemble.model_copy(update={"spec": spec}), changed
+
+
+class _LiteralDumper(yaml.SafeDumper):
+    """Multi-line strings (repository.json, pbtxt) as literal blocks, so golden diffs are readable."""
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_LiteralDumper.add_representer(str, _str_presenter)
+
+
+def _check_golden(name: str, objs: list[dict[str, Any]]) -> None:
+    text = yaml.dump_all(objs, Dumper=_LiteralDumper, sort_keys=True, width=120)
+    path = GOLDEN / f"{name}.yaml"
+    if os.environ.get("ENSEMBLE_OPERATOR_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"{path} missing; regenerate with ENSEMBLE_OPERATOR_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), (
+        f"{path.name} differs; review and regenerate with ENSEMBLE_OPERATOR_UPDATE_GOLDEN=1"
+    )
+
+
+def test_golden_full(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    plan = plan_ensemble(ensemble, models, DEFAULTS)
+    assert plan.valid and plan.delete == []
+    _check_golden("image-pipeline", plan.apply)
+
+
+def test_golden_minimal(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    ens, mods = _minimal(ensemble, models)
+    plan = plan_ensemble(ens, mods, DEFAULTS)
+    assert plan.valid
+    assert plan.delete == [ObjectKey("autoscaling/v2", "HorizontalPodAutoscaler", "ml", "image-pipeline")]
+    _check_golden("image-pipeline-minimal", plan.apply)
+    deployment = _kinds(plan.apply)["Deployment/image-pipeline"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "model-reader"
+    assert [e["name"] for e in pod["containers"][0]["env"]] == ["HOME"]
+    assert deployment["spec"]["replicas"] == 1
+
+
+def test_deployment_contract(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    objs = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)
+    dep = objs["Deployment/image-pipeline"]
+    assert "replicas" not in dep["spec"], "the HPA owns replicas when autoscaling is set"
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    args = c["args"]
+    assert args[:2] == ["--repository-config", "/etc/ensemble/repository.json"]
+    assert args[args.index("--memory-budget-bytes") + 1] == str(12 * 2**30)
+    assert args[args.index("--memory-policy") + 1] == "drain-then-swap"
+    assert args[args.index("--exit-timeout-secs") + 1] == "30"
+    assert pod["terminationGracePeriodSeconds"] > 30
+    assert {p["containerPort"] for p in c["ports"]} == {8000, 8001, 8002}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 1800
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/var/cache/ensemble", "/tmp", "/etc/ensemble"} <= mounts
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "model-store-credentials"
+    for obj in objs.values():
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert owner["uid"] == "uid-ensemble" and owner["controller"] is True
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ensemble-operator"
+    assert objs["Service/image-pipeline-pods"]["spec"]["clusterIP"] == "None"
+    assert objs["HorizontalPodAutoscaler/image-pipeline"]["spec"]["maxReplicas"] == 6
+
+
+def test_repository_json_matches_schema(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    cm = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["ConfigMap/image-pipeline-repository"]
+    doc = json.loads(cm["data"]["repository.json"])
+    config = RepositoryConfig.model_validate(doc)
+    _check_golden("image-pipeline.repository", [doc])
+    assert [m.name for m in config.models] == ["classifier", "postprocess", "preprocess"]
+    assert config.s3 is not None and config.s3.endpoint_url == "http://minio.storage.svc:9000"
+    (ens,) = config.ensembles
+    assert 'platform: "ensemble"' in ens.config_pbtxt
+    assert 'model_name: "classifier"' in ens.config_pbtxt
+    assert 'input_map { key: "input" value: "pixels" }' in ens.config_pbtxt
+    classifier = config.models[0].config_pbtxt or ""
+    assert "version_policy: { latest: { num_versions: 2 } }" in classifier
+    assert "data_type: TYPE_FP32" in classifier
+    assert "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 500 }" in classifier
+
+
+def _restart_hash(ensemble: Ensemble, models: dict[str, Model]) -> str:
+    dep = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["Deployment/image-pipeline"]
+    return str(dep["spec"]["template"]["metadata"]["annotations"][RESTART_HASH_ANNOTATION])
+
+
+def _config(ensemble: Ensemble, models: dict[str, Model]) -> str:
+    cm = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["ConfigMap/image-pipeline-repository"]
+    return str(cm["data"]["repository.json"])
+
+
+def test_model_changes_do_not_roll_pods(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    before_hash, before_cfg = _restart_hash(ensemble, models), _config(ensemble, models)
+    cls = models["classifier"]
+    pinned = cls.spec.model_copy(
+        update={
+            "version_policy": type(cls.spec.version_policy).model_validate({"specific": {"versions": [3]}})
+        }
+    )
+    changed = {**models, "classifier": cls.model_copy(update={"spec": pinned})}
+    assert _config(ensemble, changed) != before_cfg
+    assert _restart_hash(ensemble, changed) == before_hash
+    step_pinned = ensemble.spec.model_copy(
+        update={
+            "steps": [
+                s.model_copy(update={"model_version": 3}) if s.name == "classify" else s
+                for s in ensemble.spec.steps
+            ]
+        }
+    )
+    assert _restart_hash(ensemble.model_copy(update={"spec": step_pinned}), models) == before_hash
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"runtime": {"image": "registry.example/ensemble-runtime:other"}},
+        {"resources": {"limits": {"nvidia.com/gpu": 2}}},
+        {"scheduling": {"nodeSelector": {"pool": "a100"}}},
+        {"runtime": {"pollIntervalSeconds": 60}},
+    ],
+)
+def test_workload_changes_roll_pods(
+    ensemble: Ensemble, models: dict[str, Model], change: dict[str, Any]
+) -> None:
+    wire = ensemble.spec.to_wire()
+    for key, value in change.items():
+        wire[key] = {**wire.get(key, {}), **value}
+    changed = ensemble.model_copy(update={"spec": type(ensemble.spec).model_validate(wire)})
+    assert _restart_hash(changed, models) != _restart_hash(ensemble, models)
+
+
+def test_invalid_ensemble_plans_no_writes(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    plan = plan_ensemble(ensemble, {k: m for k, m in models.items() if k != "classifier"}, DEFAULTS)
+    assert not plan.valid and plan.apply == [] and plan.delete == []
+
+
+@pytest.mark.parametrize(
+    ("q", "n"), [("12Gi", 12 * 2**30), ("500M", 500 * 10**6), (1024, 1024), ("1.5Ki", 1536)]
+)
+def test_parse_bytes(q: int | str, n: int) -> None:
+    assert parse_bytes(q) == n
+
+
+def test_parse_bytes_rejects_garbage() -> None:
+    with pytest.raises(ValueError):
+        parse_bytes("12 gigs")
