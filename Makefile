@@ -1,0 +1,37 @@
+# Two commands (see README): `make demo` and `make test`. Both set everything up from the project's own files.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: setup demo test lint typecheck unit integration bench tools crds
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[runtime,operator,dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python -m ensemble_examples.demo
+
+lint: setup
+	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench
+	$(BIN)/lint-imports
+
+typecheck: setup
+	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py
+
+tools: setup
+	bash tools/build-tools.sh all
+
+unit: setup
+	$(BIN)/pytest tests/unit -q
+
+test: setup lint typecheck tools
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python bench/single_model.py

@@ -1,0 +1,133 @@
+"""The scheduler with a stand-in instance at the backend seam."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from ensemble_runtime.batching import BatchPolicy, Scheduler
+from ensemble_runtime.errors import ErrorCode, InferenceError
+from ensemble_runtime.inference import BackendRequest, BackendResult
+from ensemble_runtime.stats import ModelStats
+
+
+class RecordingInstance:
+    """Doubles its input; records batch sizes; can be held until released."""
+
+    def __init__(self, gate: asyncio.Event | None = None) -> None:
+        self.batches: list[int] = []
+        self.gate = gate
+        self.closed = False
+
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        self.batches.append(len(requests))
+        if self.gate is not None:
+            await self.gate.wait()
+        out: list[BackendResult] = []
+        for r in requests:
+            x = r.inputs["x"]
+            out.append(ValueError("bad input") if float(x.sum()) < 0 else {"y": x * 2})
+        return out
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def until(condition: Callable[[], object], turns: int = 1000) -> None:
+    """Yield to the loop until the condition holds (bounded in turns, not time)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+def req(value: float, batch: int = 1) -> BackendRequest:
+    return BackendRequest({"x": np.full((batch, 2), value, np.float32)}, ("y",))
+
+
+def test_requests_batch_together_up_to_max() -> None:
+    async def run() -> None:
+        gate = asyncio.Event()
+        instance = RecordingInstance(gate)
+        stats = ModelStats()
+        sched = Scheduler("m", [instance], BatchPolicy(True, 4, 0.0), stats)
+        sched.start()
+        first = asyncio.ensure_future(sched.submit(req(1)))
+        await until(lambda: instance.batches)
+        # while the first execution is held, six more requests queue up
+        rest = [asyncio.ensure_future(sched.submit(req(i))) for i in range(2, 8)]
+        await asyncio.sleep(0)
+        gate.set()
+        results = await asyncio.gather(first, *rest)
+        assert [float(r["y"][0, 0]) for r in results] == [2.0 * i for i in range(1, 8)]
+        assert instance.batches == [1, 4, 2]
+        assert stats.execution_count == 3 and stats.inference_count == 7
+        await sched.close()
+        assert instance.closed
+
+    asyncio.run(run())
+
+
+def test_preferred_size_dispatches_early() -> None:
+    async def run() -> None:
+        instance = RecordingInstance()
+        sched = Scheduler("m", [instance], BatchPolicy(True, 8, 10.0, preferred_sizes=(2,)), ModelStats())
+        sched.start()
+        # a 10 s queue delay would hang the test if the preferred size did not dispatch at once
+        await asyncio.wait_for(asyncio.gather(sched.submit(req(1)), sched.submit(req(2))), 2.0)
+        assert instance.batches == [2]
+        await sched.close()
+
+    asyncio.run(run())
+
+
+def test_error_fails_only_its_request() -> None:
+    async def run() -> None:
+        sched = Scheduler("m", [RecordingInstance()], BatchPolicy(True, 4, 0.01), ModelStats())
+        sched.start()
+        good, bad = await asyncio.gather(sched.submit(req(1)), sched.submit(req(-1)), return_exceptions=True)
+        assert isinstance(good, dict)
+        assert isinstance(bad, ValueError)
+        await sched.close()
+
+    asyncio.run(run())
+
+
+def test_queue_limit_rejects_with_unavailable() -> None:
+    async def run() -> None:
+        gate = asyncio.Event()
+        sched = Scheduler("m", [RecordingInstance(gate)], BatchPolicy(False, 0, max_queue_size=1), ModelStats())
+        sched.start()
+        instance = sched.instances[0]
+        running = asyncio.ensure_future(sched.submit(req(1)))
+        await until(lambda: getattr(instance, "batches", None))
+        queued = asyncio.ensure_future(sched.submit(req(2)))
+        await asyncio.sleep(0)
+        with pytest.raises(InferenceError, match="exceeds maximum queue size 1") as info:
+            await sched.submit(req(3))
+        assert info.value.code == ErrorCode.UNAVAILABLE
+        gate.set()
+        await asyncio.gather(running, queued)
+        await sched.close()
+
+    asyncio.run(run())
+
+
+def test_instances_run_in_parallel() -> None:
+    async def run() -> None:
+        gate = asyncio.Event()
+        a, b = RecordingInstance(gate), RecordingInstance(gate)
+        sched = Scheduler("m", [a, b], BatchPolicy(), ModelStats())
+        sched.start()
+        calls = [asyncio.ensure_future(sched.submit(req(i))) for i in (1, 2)]
+        await until(lambda: a.batches and b.batches)
+        assert a.batches == [1] and b.batches == [1]  # both held at once: two executions in flight
+        gate.set()
+        await asyncio.gather(*calls)
+        await sched.close()
+
+    asyncio.run(run())
