@@ -1,0 +1,67 @@
+{{- define "ensemble-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ensemble-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ensemble-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ensemble-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ensemble-operator.labels" -}}
+{{ include "ensemble-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "ensemble-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ensemble-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ensemble-operator.webhookService" -}}
+{{- printf "%s-webhook" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ensemble-operator.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Rules shared by the namespaced Roles and the ClusterRole: only what kube.py and kopf use. */}}
+{{- define "ensemble-operator.namespacedRules" -}}
+- apiGroups: ["serving.ensemble.dev"]
+  resources: ["ensembles", "models"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["serving.ensemble.dev"]
+  resources: ["ensembles/status", "models/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps", "services"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
