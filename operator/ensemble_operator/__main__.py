@@ -1,0 +1,62 @@
+"""Composition root: settings -> Kubernetes client -> reconciler -> handlers -> kopf.run."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import kopf
+
+from .handlers import register
+from .kube import connect
+from .reconcile import Reconciler
+from .settings import Settings
+
+
+def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
+    """Apply our settings to kopf's: peering (one acting replica), webhook server."""
+    kopf_settings.peering.mandatory = True
+    kopf_settings.posting.level = logging.WARNING
+    if settings.webhook_enabled:
+        kopf_settings.admission.server = kopf.WebhookServer(
+            addr=settings.webhook_addr,
+            port=settings.webhook_port,
+            host=settings.webhook_host,
+            certfile=settings.webhook_cert_path,
+            pkeyfile=settings.webhook_key_path,
+        )
+        kopf_settings.admission.managed = None  # the Helm chart owns the ValidatingWebhookConfiguration
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    kube = connect(settings.pod_http_timeout_seconds)
+    reconciler = Reconciler(kube=kube, defaults=settings.runtime_defaults())
+    registry = kopf.OperatorRegistry()
+    register(registry, reconciler, settings.status_interval_seconds)
+
+    @kopf.on.startup(registry=registry)
+    def _startup(settings: kopf.OperatorSettings, **_: object) -> None:
+        configure(ours, settings)
+
+    ours = settings
+    # Replicas with equal priority would all pause; a random one makes exactly one of them act.
+    priority = (
+        settings.peering_priority if settings.peering_priority is not None else random.randint(1, 2**30)
+    )
+    kopf.run(
+        registry=registry,
+        namespaces=settings.namespace_list(),
+        clusterwide=settings.clusterwide,
+        liveness_endpoint=settings.liveness_endpoint,
+        standalone=False,
+        peering_name=settings.peering_name,
+        priority=priority,
+    )
+
+
+if __name__ == "__main__":
+    main()

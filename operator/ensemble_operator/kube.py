@@ -1,0 +1,275 @@
+"""The only module that talks to the Kubernetes API (and to runtime pods over HTTP).
+
+Writes are server-side applies (fieldManager ensemble-operator, force) guarded by compare-before-write:
+every applied object carries a hash of its desired content in an annotation; when the live object
+carries the same hash, nothing is sent. Status patches are skipped when the computed status equals
+the live one. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .api.v1alpha1 import API_VERSION, GROUP
+from .plan import ObjectKey
+from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
+from .status import PodReport
+
+FIELD_MANAGER = "ensemble-operator"
+APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+_PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("apps/v1", "Deployment"): "deployments",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    (API_VERSION, "Ensemble"): "ensembles",
+    (API_VERSION, "Model"): "models",
+}
+
+
+class Transport(Protocol):
+    """One HTTP request to the API server: (status code, decoded JSON body or None)."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]: ...
+
+
+HttpGet = Callable[[str, float], Any]
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    plural = _PLURALS[(api_version, kind)]
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def http_get_json(url: str, timeout: float) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@dataclass
+class WriteStats:
+    applies: int = 0
+    skipped: int = 0
+    deletes: int = 0
+    status_patches: int = 0
+    events: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.applies + self.deletes + self.status_patches + self.events
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, method: str, path: str, body: Any) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body}")
+        self.status = status
+
+
+class KubeClient:
+    def __init__(
+        self, transport: Transport, http_get: HttpGet = http_get_json, pod_timeout_seconds: float = 2.0
+    ) -> None:
+        self._transport = transport
+        self._http_get = http_get
+        self._pod_timeout = pod_timeout_seconds
+        self.stats = WriteStats()
+
+    def _call(
+        self, method: str, path: str, ok: tuple[int, ...] = (200, 201), **kwargs: Any
+    ) -> tuple[int, Any]:
+        status, body = self._transport.request(method, path, **kwargs)
+        if status not in ok:
+            raise ApiError(status, method, path, body)
+        return status, body
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        status, body = self._call("GET", object_path(api_version, kind, namespace, name), ok=(200, 404))
+        return body if status == 200 else None
+
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[Manifest]:
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))} if labels else None
+        _, body = self._call("GET", object_path(api_version, kind, namespace), query=query)
+        items: list[Manifest] = body.get("items", [])
+        for item in items:  # list items lack apiVersion/kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    def apply(self, desired: Manifest) -> bool:
+        """Server-side apply `desired` unless the live object was applied from identical content."""
+        key = ObjectKey.of(desired)
+        digest = stable_hash(desired)
+        live = self.get(key.api_version, key.kind, key.namespace, key.name)
+        if (
+            live is not None
+            and live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == digest
+        ):
+            self.stats.skipped += 1
+            return False
+        meta = desired["metadata"]
+        body = {
+            **desired,
+            "metadata": {
+                **meta,
+                "annotations": {**meta.get("annotations", {}), APPLIED_HASH_ANNOTATION: digest},
+            },
+        }
+        self._call(
+            "PATCH",
+            object_path(key.api_version, key.kind, key.namespace, key.name),
+            body=json.dumps(body),
+            content_type=APPLY_PATCH,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+        self.stats.applies += 1
+        return True
+
+    def delete_if_exists(self, key: ObjectKey) -> bool:
+        if self.get(key.api_version, key.kind, key.namespace, key.name) is None:
+            return False
+        self._call(
+            "DELETE", object_path(key.api_version, key.kind, key.namespace, key.name), ok=(200, 202, 404)
+        )
+        self.stats.deletes += 1
+        return True
+
+    def patch_status(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        new: Manifest,
+        live: Mapping[str, Any] | None,
+    ) -> bool:
+        """Merge-patch .status to `new` (keys it drops are nulled); nothing is sent when equal."""
+        current = {k: v for k, v in (live or {}).items() if k != "kopf"}
+        if current == new:
+            return False
+        patch = {**{k: None for k in current if k not in new}, **new}
+        path = object_path(api_version, kind, namespace, name) + "/status"
+        self._call("PATCH", path, body={"status": patch}, content_type=MERGE_PATCH)
+        self.stats.status_patches += 1
+        return True
+
+    def emit_event(self, involved: Manifest, reason: str, message: str, type_: str = "Normal") -> None:
+        meta = involved["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call(
+            "POST", object_path("v1", "Event", meta["namespace"]), body=event, content_type="application/json"
+        )
+        self.stats.events += 1
+
+    def pod_reports(self, namespace: str, ensemble: str) -> list[PodReport]:
+        """Readiness and served versions (GET /v2/ensembles/<name>/versions) of the runtime pods."""
+        reports: list[PodReport] = []
+        for pod in self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble}):
+            status = pod.get("status", {})
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+            )
+            ip = status.get("podIP")
+            versions: dict[str, int] | None = None
+            if ready and ip:
+                try:
+                    doc = self._http_get(
+                        f"http://{ip}:{HTTP_PORT}/v2/ensembles/{ensemble}/versions", self._pod_timeout
+                    )
+                    versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
+                except (OSError, ValueError, AttributeError, TypeError):
+                    versions = None
+            reports.append(PodReport(pod["metadata"]["name"], ready, versions))
+        return reports
+
+
+class ApiClientTransport:
+    """Transport over the official client's ApiClient (kubeconfig or in-cluster auth)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._client = api_client
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            data, status, _ = self._client.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                response_type="object",
+                _return_http_data_only=False,
+            )
+        except ApiException as exc:
+            try:
+                return int(exc.status), json.loads(exc.body or "null")
+            except ValueError:
+                return int(exc.status), exc.body
+        return int(status), data
+
+
+def connect(pod_timeout_seconds: float) -> KubeClient:
+    """A client from in-cluster config, falling back to the local kubeconfig."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return KubeClient(ApiClientTransport(client.ApiClient()), pod_timeout_seconds=pod_timeout_seconds)

@@ -1,0 +1,55 @@
+"""Operator settings, read once in __main__ from ENSEMBLE_OPERATOR_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .render.common import RuntimeDefaults
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENSEMBLE_OPERATOR_", extra="ignore")
+
+    namespaces: str = Field(
+        default="", description="comma-separated namespaces to watch; empty: cluster-wide"
+    )
+    log_level: str = "INFO"
+    status_interval_seconds: float = 30.0
+    pod_http_timeout_seconds: float = 2.0
+
+    webhook_enabled: bool = False
+    webhook_addr: str = "0.0.0.0"
+    webhook_host: str | None = None
+    webhook_port: int = 9443
+    webhook_cert_path: str | None = None
+    webhook_key_path: str | None = None
+
+    default_runtime_image: str = RuntimeDefaults().image
+    default_runtime_image_pull_policy: str = "IfNotPresent"
+    default_runtime_resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {
+            "requests": dict(RuntimeDefaults().requests),
+            "limits": dict(RuntimeDefaults().limits),
+        }
+    )
+
+    peering_name: str = "ensemble-operator"
+    peering_priority: int | None = Field(default=None, description="unset: random, so replicas never tie")
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+
+    def namespace_list(self) -> list[str]:
+        return [ns.strip() for ns in self.namespaces.split(",") if ns.strip()]
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespace_list()
+
+    def runtime_defaults(self) -> RuntimeDefaults:
+        res = self.default_runtime_resources
+        return RuntimeDefaults(
+            image=self.default_runtime_image,
+            image_pull_policy=self.default_runtime_image_pull_policy,
+            requests=dict(res.get("requests", {})),
+            limits=dict(res.get("limits", {})),
+        )
