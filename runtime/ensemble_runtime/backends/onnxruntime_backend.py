@@ -73,16 +73,21 @@ class OnnxInstance:
 
 
 def _to_ort(array: Tensor) -> Tensor:
-    if array.dtype == np.object_:
-        return array.astype(np.str_) if array.size else array
-    return array
+    """BYTES (object arrays of bytes) become object arrays of str, which is what ORT takes for STRING."""
+    if array.dtype != np.object_:
+        return array
+    out = np.empty(array.shape, dtype=np.object_)
+    out.reshape(-1)[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+    return out
 
 
 def _from_ort(value: Any) -> Tensor:
     array = np.asarray(value)
     if array.dtype.kind in ("U", "S", "O"):
         out = np.empty(array.shape, dtype=np.object_)
-        out[...] = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)] if array.size else []
+        out.reshape(-1)[:] = [
+            v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogateescape") for v in array.reshape(-1)
+        ]
         return out
     return array
 

@@ -1,0 +1,110 @@
+"""Explicit load/unload, config override, metrics, and SIGTERM drain, against real runtime processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import threading
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.runtime_process import RuntimeProcess
+
+
+def x_input(value: float = 0.0) -> list[grpcclient.InferInput]:
+    item = grpcclient.InferInput("X", [1, 4], "FP32")
+    item.set_data_from_numpy(np.full((1, 4), value, np.float32))
+    return [item]
+
+
+def test_explicit_load_unload_and_override(repository: Path) -> None:
+    with RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=add_sub"]) as proc:
+        proc.wait_ready()
+        with proc.grpc_client() as client:
+            assert client.is_model_ready("add_sub")
+            assert not client.is_model_ready("versioned")
+            index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+            assert index["versioned"].get("state", "") == ""  # known, not loaded
+
+            client.load_model("versioned")
+            assert client.get_model_metadata("versioned", as_json=True)["versions"] == ["2", "3"]
+
+            # a config override through the load API (Triton's JSON form) changes the version policy
+            override = json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 8,
+                                   "version_policy": {"specific": {"versions": [1]}}})
+            client.load_model("versioned", config=override)
+            assert client.get_model_metadata("versioned", as_json=True)["versions"] == ["1"]
+            assert int(client.infer("versioned", x_input()).as_numpy("version")[0, 0]) == 1
+
+            client.unload_model("versioned")
+            assert not client.is_model_ready("versioned")
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("versioned", x_input())
+            assert info.value.status() in ("StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE")
+
+            with pytest.raises(InferenceServerException, match="unknown backend 'tensorflow'"):
+                client.load_model("unknown_backend")
+            with pytest.raises(InferenceServerException, match="not in any model repository"):
+                client.load_model("does_not_exist")
+            assert client.is_model_ready("add_sub")  # failed loads leave the rest alone
+
+
+def test_metrics_use_triton_names(server: RuntimeProcess) -> None:
+    with server.grpc_client() as client:
+        a = np.ones((1, 16), np.float32)
+        inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for item in inputs:
+            item.set_data_from_numpy(a)
+        client.infer("add_sub", inputs)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+                 "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us"):
+        assert f'{name}{{model="add_sub",version="1"}}' in body or f'{name}_total{{model="add_sub",version="1"}}' in body, name
+
+
+def test_sigterm_finishes_in_flight_requests(repository: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    proc = RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=py_slow",
+                                         "--exit-timeout-secs=20"], env={"SLOW_MODEL_MARKER": str(marker)}).start()
+    proc.wait_model_ready("py_slow")
+    results: list[object] = []
+
+    def call() -> None:
+        with proc.grpc_client() as client:
+            item = grpcclient.InferInput("X", [1], "FP32")
+            item.set_data_from_numpy(np.array([7.0], np.float32))
+            try:
+                results.append(client.infer("py_slow", [item]).as_numpy("Y"))
+            except InferenceServerException as exc:
+                results.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    deadline = time.monotonic() + 20
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), proc.log_text()
+    assert proc.proc is not None
+    proc.proc.send_signal(signal.SIGTERM)  # the request is executing now
+    # a new request during the drain is refused, not left hanging
+    refused = None
+    while refused is None and time.monotonic() < deadline:
+        with proc.grpc_client() as client:
+            try:
+                client.is_server_live()
+                client.infer("py_slow", [grpcclient.InferInput("X", [1], "FP32").set_data_from_numpy(np.zeros(1, np.float32))])
+            except InferenceServerException as exc:
+                refused = exc
+    worker.join(20)
+    code = proc.stop()
+    assert code == 0
+    assert len(results) == 1 and not isinstance(results[0], InferenceServerException), results
+    np.testing.assert_array_equal(results[0], [7.0])  # type: ignore[arg-type]
+    assert refused is not None and "shutting down" in refused.message(), refused
+    assert "draining" in proc.log_text()
