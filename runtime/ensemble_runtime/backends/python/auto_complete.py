@@ -44,7 +44,7 @@ def _numbers_for_int64(desc: descriptor.Descriptor, data: dict[str, Any]) -> Non
             value_field = field.message_type.fields_by_name["value"]
             for map_key, item in value.items():
                 value[map_key] = _convert(value_field, item)
-        elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+        elif isinstance(value, list):
             data[key] = [_convert(field, item) for item in value]
         else:
             data[key] = _convert(field, value)

@@ -1,0 +1,170 @@
+"""Triton's Python backend (`backend: "python"`): `model.py` files written for Triton, run in process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.python import bls
+from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
+from ensemble_runtime.backends.python.instance import PythonInstance
+from ensemble_runtime.backends.python.loader import ModelModule, load_model_module
+from ensemble_runtime.config.model_config import ConfigError, model_filename
+from ensemble_runtime.dtypes import config_to_wire
+
+log = logging.getLogger(__name__)
+
+MODEL_CLASS = "TritonPythonModel"
+
+
+class PythonBackend:
+    name = "python"
+
+    def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
+        """Check `model.py` is there; apply its `auto_complete_config` when it defines one."""
+        path = _model_file(config, version_path)
+        if "auto_complete_config" not in path.read_text(encoding="utf-8", errors="replace"):
+            return config  # skip importing the model twice when it cannot have the hook
+        module = _import(path, config, version_path)
+        try:
+            auto_complete = getattr(getattr(module.module, MODEL_CLASS, None), "auto_complete_config", None)
+            if auto_complete is None:
+                return config
+            completed = auto_complete(ModelConfig(triton_config_json(config)))
+        except Exception as exc:
+            raise ConfigError(f"{path}: auto_complete_config failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            module.release()
+        if not isinstance(completed, ModelConfig):
+            raise ConfigError(
+                f"{path}: auto_complete_config must return the pb_utils.ModelConfig it was given, "
+                f"got {type(completed).__name__}"
+            )
+        return to_model_config(completed, str(path))
+
+    async def load(self, context: LoadContext) -> list[ModelInstance]:
+        config = context.config
+        path = _model_file(config, context.version_path)
+        if config.model_transaction_policy.decoupled:
+            raise ConfigError(
+                f"model '{config.name}': decoupled Python models (model_transaction_policy.decoupled) "
+                "are not supported by this runtime"
+            )
+        loop = asyncio.get_running_loop()
+        module = await loop.run_in_executor(None, _import, path, config, context.version_path)
+        model_class = getattr(module.module, MODEL_CLASS, None)
+        if not isinstance(model_class, type):
+            module.release()
+            raise ConfigError(f"model '{config.name}': {path} defines no class {MODEL_CLASS}")
+        slots = _instance_slots(config)
+        release = _Countdown(len(slots), module)
+        target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name)
+        output_types = {
+            o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type
+        }
+        config_json = triton_config_json(config)
+        instances: list[PythonInstance] = []
+        try:
+            for slot in slots:
+                model = model_class()
+                instances.append(PythonInstance(model, config.name, slot.name, target, output_types, release))
+        except Exception as exc:
+            for instance in instances:
+                await instance.close()
+            for _ in range(len(slots) - len(instances)):
+                release()
+            raise ConfigError(
+                f"model '{config.name}': creating {MODEL_CLASS} from {path} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        results = await asyncio.gather(
+            *(
+                instance.initialize(_initialize_args(config, context, config_json, slot))
+                for instance, slot in zip(instances, slots, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for instance in instances:
+                await instance.close()
+            first = failures[0]
+            raise ConfigError(
+                f"model '{config.name}' version {context.version}: initialize() in {path} failed: "
+                f"{type(first).__name__}: {first}"
+            ) from None
+        return list(instances)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    kind: str  # "CPU", "GPU" or "MODEL"
+    name: str
+    device_id: int
+
+
+def _instance_slots(config: mc.ModelConfig) -> list[_Slot]:
+    """One slot per instance, named and placed as Triton does (`count` per listed GPU)."""
+    slots: list[_Slot] = []
+    for group in config.instance_group:
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+        devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else [0]
+        index = 0
+        for device in devices:
+            for _ in range(max(1, group.count)):
+                slots.append(_Slot(kind, f"{group.name}_{index}", device))
+                index += 1
+    return slots or [_Slot("CPU", f"{config.name}_0_0", 0)]
+
+
+def _initialize_args(
+    config: mc.ModelConfig, context: LoadContext, config_json: str, slot: _Slot
+) -> dict[str, str]:
+    return {
+        "model_config": config_json,
+        "model_instance_kind": slot.kind,
+        "model_instance_name": slot.name,
+        "model_instance_device_id": str(slot.device_id),
+        "model_repository": str(context.model_path),
+        "model_version": str(context.version),
+        "model_name": config.name,
+    }
+
+
+def _model_file(config: mc.ModelConfig, version_path: Path) -> Path:
+    path = version_path / model_filename(config)
+    if not path.is_file():
+        raise ConfigError(f"model '{config.name}' version {version_path.name}: model file '{path}' not found")
+    return path
+
+
+def _import(path: Path, config: mc.ModelConfig, version_path: Path) -> ModelModule:
+    version = int(version_path.name) if version_path.name.isdigit() else 0
+    try:
+        return load_model_module(path, config.name, version)
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"model '{config.name}': syntax error in {exc.filename or path} line {exc.lineno}: {exc.msg}"
+        ) from None
+    except Exception as exc:
+        raise ConfigError(
+            f"model '{config.name}': importing {path} failed: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+class _Countdown:
+    """Releases the model's modules once every instance has closed."""
+
+    def __init__(self, count: int, module: ModelModule) -> None:
+        self._left = count
+        self._module = module
+
+    def __call__(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self._module.release()

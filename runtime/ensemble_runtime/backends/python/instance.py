@@ -1,0 +1,145 @@
+"""One `TritonPythonModel` object per model instance: its calls, and its responses turned into results."""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ensemble_runtime.backends.python import bls
+from ensemble_runtime.backends.python.pb_utils import (
+    InferenceRequest,
+    InferenceResponse,
+    Tensor,
+    error_code_of,
+)
+from ensemble_runtime.dtypes import numpy_to_wire
+from ensemble_runtime.errors import InferenceError, internal
+from ensemble_runtime.inference import BackendRequest, BackendResult
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class PythonInstance:
+    """Runs a synchronous `execute` on the instance's own thread, an `async def execute` on the loop."""
+
+    def __init__(
+        self,
+        model: Any,
+        name: str,
+        instance_name: str,
+        target: bls.BlsTarget,
+        output_types: Mapping[str, str],
+        on_close: Callable[[], None],
+    ) -> None:
+        self._model = model
+        self._name = name
+        self._target = target
+        self._output_types = dict(output_types)  # output name -> wire type, where the config declares one
+        self._on_close = on_close
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"py-{instance_name}")
+        self._closed = False
+
+    async def call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """Call one of the model's methods where it belongs, with BLS pointed at this server."""
+        if inspect.iscoroutinefunction(method):
+            token = bls.BLS_TARGET.set(self._target)
+            try:
+                return await method(*args)
+            finally:
+                bls.BLS_TARGET.reset(token)
+        context = contextvars.copy_context()
+        context.run(bls.BLS_TARGET.set, self._target)
+        return await self._target.loop.run_in_executor(self._pool, context.run, method, *args)
+
+    async def initialize(self, args: dict[str, str]) -> None:
+        initialize = getattr(self._model, "initialize", None)
+        if initialize is not None:
+            await self.call(initialize, args)
+
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        pb_requests = [_incoming(request) for request in requests]
+        try:
+            responses = await self.call(self._model.execute, pb_requests)
+        except Exception as exc:
+            failure = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
+            return [failure] * len(requests)
+        if not isinstance(responses, list | tuple):
+            failure = internal(
+                f"model '{self._name}': execute() returned {type(responses).__name__}; it must return a list "
+                "with one InferenceResponse per request"
+            )
+            return [failure] * len(requests)
+        if len(responses) != len(requests):
+            failure = internal(
+                f"model '{self._name}': execute() returned {len(responses)} responses "
+                f"for {len(requests)} requests"
+            )
+            return [failure] * len(requests)
+        return [
+            self._result(request, response) for request, response in zip(requests, responses, strict=True)
+        ]
+
+    def _result(self, request: BackendRequest, response: Any) -> BackendResult:
+        if not isinstance(response, InferenceResponse):
+            return internal(
+                f"model '{self._name}': execute() returned a {type(response).__name__} where an "
+                "InferenceResponse was expected"
+            )
+        error = response.error()
+        if error is not None:
+            return InferenceError(error_code_of(error), error.message())
+        produced = {tensor.name(): tensor for tensor in response.output_tensors()}
+        wanted = request.requested_outputs or tuple(produced)
+        outputs = {}
+        for name in wanted:
+            tensor = produced.get(name)
+            if tensor is None:
+                return internal(
+                    f"model '{self._name}': the response has no output '{name}' "
+                    f"(it has: {', '.join(produced) or 'none'})"
+                )
+            mismatch = self._type_mismatch(tensor)
+            if mismatch:
+                return internal(mismatch)
+            outputs[name] = tensor.as_numpy()
+        return outputs
+
+    def _type_mismatch(self, tensor: Tensor) -> str:
+        expected = self._output_types.get(tensor.name())
+        if expected is None:
+            return ""
+        actual = numpy_to_wire(tensor.as_numpy().dtype)
+        if actual == expected:
+            return ""
+        return (
+            f"model '{self._name}': output '{tensor.name()}' has data type {actual} but the model config "
+            f"declares {expected}"
+        )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        finalize = getattr(self._model, "finalize", None)
+        try:
+            if finalize is not None:
+                await self.call(finalize)
+        except Exception:
+            log.exception("model '%s': finalize() failed", self._name)
+        finally:
+            self._pool.shutdown(wait=False)
+            self._on_close()
+
+
+def _incoming(request: BackendRequest) -> InferenceRequest:
+    return InferenceRequest(
+        request_id=request.request_id,
+        inputs=[Tensor(name, array) for name, array in request.inputs.items()],
+        requested_output_names=list(request.requested_outputs),
+        parameters=dict(request.parameters),
+    )

@@ -1,0 +1,2 @@
+def who():
+    return "a"

@@ -1,0 +1,3 @@
+from helpers import who
+
+VALUE = "deep-" + who()
