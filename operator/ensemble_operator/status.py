@@ -58,7 +58,7 @@ def summarize_versions(versions: dict[str, int] | None) -> str | None:
 
 def _deployment_numbers(deployment: dict[str, Any]) -> tuple[int, int, int, int, bool, bool]:
     spec, st = deployment.get("spec", {}), deployment.get("status", {})
-    desired = int(spec.get("replicas", st.get("replicas", 0)) or 0)
+    desired = int(spec.get("replicas", 1))  # the API server defaults an unset spec.replicas to 1
     ready = int(st.get("readyReplicas", 0) or 0)
     updated = int(st.get("updatedReplicas", 0) or 0)
     total = int(st.get("replicas", 0) or 0)

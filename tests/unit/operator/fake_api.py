@@ -1,0 +1,73 @@
+"""An in-memory API server transport for KubeClient tests (apply, merge-patch status, get, list, delete)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+
+    def put(self, path: str, obj: dict[str, Any]) -> None:
+        self.objects[path] = copy.deepcopy(obj)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        self.requests.append((method, path))
+        if method == "GET":
+            if path in self.objects:
+                return 200, copy.deepcopy(self.objects[path])
+            if _is_object_path(path):
+                return 404, {"reason": "NotFound"}
+            prefix = path + "/"
+            items = [
+                copy.deepcopy(o)
+                for p, o in sorted(self.objects.items())
+                if p.startswith(prefix) and "/" not in p[len(prefix) :] and _matches(o, query)
+            ]
+            return 200, {"items": items}
+        if method == "PATCH" and path.endswith("/status"):
+            obj = self.objects[path.removesuffix("/status")]
+            status = obj.setdefault("status", {})
+            for k, v in body["status"].items():
+                if v is None:
+                    status.pop(k, None)
+                else:
+                    status[k] = v
+            return 200, obj
+        if method == "PATCH":
+            assert content_type == "application/apply-patch+yaml"
+            assert query == {"fieldManager": "ensemble-operator", "force": "true"}
+            self.objects[path] = json.loads(body)
+            return 200, self.objects[path]
+        if method == "DELETE":
+            return (200, self.objects.pop(path)) if path in self.objects else (404, None)
+        if method == "POST":
+            return 201, body
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+def _is_object_path(path: str) -> bool:
+    parts = path.strip("/").split("/")
+    return len(parts) == (6 if parts[0] == "api" else 7)
+
+
+def _matches(obj: dict[str, Any], query: Mapping[str, str] | None) -> bool:
+    if not query or "labelSelector" not in query:
+        return True
+    labels = obj.get("metadata", {}).get("labels", {})
+    return all(
+        labels.get(k) == v for k, v in (pair.split("=", 1) for pair in query["labelSelector"].split(","))
+    )

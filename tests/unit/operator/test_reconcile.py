@@ -1,0 +1,130 @@
+"""Reconcile against an in-memory API: unchanged objects write nothing, Model changes touch only config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ensemble_operator.api.v1alpha1 import Ensemble, Model
+from ensemble_operator.kube import KubeClient, object_path
+from ensemble_operator.reconcile import Reconciler
+from ensemble_operator.render.common import RuntimeDefaults
+from fake_api import FakeApi
+
+NS = "ml"
+
+
+def _served(url: str, timeout: float) -> Any:
+    assert url.endswith("/v2/ensembles/image-pipeline/versions")
+    return {"ensemble": "image-pipeline", "versions": {"classifier": 2, "preprocess": 1, "postprocess": 1}}
+
+
+@pytest.fixture
+def world(ensemble: Ensemble, models: dict[str, Model]) -> tuple[FakeApi, Reconciler]:
+    api = FakeApi()
+    for m in models.values():
+        api.put(
+            object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True)
+        )
+    api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
+    kube = KubeClient(api, http_get=_served)
+    return api, Reconciler(kube=kube, defaults=RuntimeDefaults(), clock=lambda: "2026-01-01T00:00:00Z")
+
+
+def _ensemble_body(api: FakeApi) -> dict[str, Any]:
+    return api.objects[object_path("serving.ensemble.dev/v1alpha1", "Ensemble", NS, "image-pipeline")]
+
+
+def _mark_deployment_ready(api: FakeApi) -> None:
+    path = object_path("apps/v1", "Deployment", NS, "image-pipeline")
+    dep = api.objects[path]
+    dep["metadata"]["generation"] = 1
+    dep["status"] = {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2, "updatedReplicas": 2}
+    dep["spec"]["replicas"] = 2
+    for i in range(2):
+        api.put(
+            object_path("v1", "Pod", NS, f"image-pipeline-{i}"),
+            {
+                "metadata": {"name": f"image-pipeline-{i}", "labels": dep["spec"]["selector"]["matchLabels"]},
+                "status": {"podIP": f"10.0.0.{i}", "conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
+
+
+def test_second_reconcile_writes_nothing(world: tuple[FakeApi, Reconciler]) -> None:
+    api, rec = world
+    assert rec.ensemble(_ensemble_body(api)) == "Progressing"
+    first = rec.kube.stats.writes
+    assert rec.kube.stats.applies == 6  # ConfigMap, 2 Services, Deployment, PDB, HPA
+    _mark_deployment_ready(api)
+    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    status = _ensemble_body(api)["status"]
+    assert status["servedVersions"] == {"classifier": 2, "preprocess": 1, "postprocess": 1}
+    assert status["endpoint"] == "image-pipeline.ml.svc:8001"
+    settled, seen = rec.kube.stats.writes, len(api.requests)
+    assert settled > first
+    rec.ensemble(_ensemble_body(api))
+    rec.ensemble(_ensemble_body(api))
+    assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
+    assert [m for m, _ in api.requests[seen:]] == ["GET"] * (len(api.requests) - seen)
+
+
+def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconciler]) -> None:
+    api, rec = world
+    rec.ensemble(_ensemble_body(api))
+    _mark_deployment_ready(api)
+    rec.ensemble(_ensemble_body(api))
+    dep_before = api.objects[object_path("apps/v1", "Deployment", NS, "image-pipeline")]["spec"]["template"]
+    model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
+    api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
+    applies = rec.kube.stats.applies
+    rec.model(api.objects[model_path])
+    assert rec.kube.stats.applies == applies + 1
+    assert api.objects[model_path]["status"]["policy"] == "specific(1)"
+    assert (
+        api.objects[object_path("apps/v1", "Deployment", NS, "image-pipeline")]["spec"]["template"]
+        == dep_before
+    )
+    assert '"num_versions"' not in str(
+        api.objects[object_path("v1", "ConfigMap", NS, "image-pipeline-repository")]
+    )
+
+
+def test_invalid_ensemble_reports_and_keeps_serving(world: tuple[FakeApi, Reconciler]) -> None:
+    api, rec = world
+    rec.ensemble(_ensemble_body(api))
+    del api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")]
+    applies = rec.kube.stats.applies
+    assert rec.ensemble(_ensemble_body(api)) == "Invalid"
+    assert rec.kube.stats.applies == applies
+    ready = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "InvalidSpec" and "'classifier'" in ready["message"]
+    assert rec.kube.stats.events >= 1
+
+
+def test_removing_autoscaling_deletes_the_hpa(world: tuple[FakeApi, Reconciler]) -> None:
+    api, rec = world
+    rec.ensemble(_ensemble_body(api))
+    hpa = object_path("autoscaling/v2", "HorizontalPodAutoscaler", NS, "image-pipeline")
+    assert hpa in api.objects
+    del _ensemble_body(api)["spec"]["autoscaling"]
+    rec.ensemble(_ensemble_body(api))
+    assert hpa not in api.objects and rec.kube.stats.deletes == 1
+
+
+def test_model_in_use_is_reported(world: tuple[FakeApi, Reconciler]) -> None:
+    _, rec = world
+    assert rec.model_users(NS, "classifier") == ["image-pipeline"]
+    assert rec.model_users(NS, "unused") == []
+
+
+def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler], ensemble: Ensemble) -> None:
+    _, rec = world
+    spec = ensemble.spec.to_wire()
+    assert rec.admission_issues(NS, spec) == ([], [])
+    spec["steps"][1]["modelRef"]["name"] = "not-yet-created"
+    errors, warnings = rec.admission_issues(NS, spec)
+    assert errors == [] and len(warnings) == 1
+    spec["steps"][1]["inputMap"] = {"input": "nowhere"}
+    errors, _ = rec.admission_issues(NS, spec)
+    assert any("'nowhere'" in e for e in errors)
