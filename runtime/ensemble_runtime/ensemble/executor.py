@@ -45,22 +45,36 @@ async def run_ensemble(
     ready = list(plan.initial)
     running: dict[asyncio.Task[dict[str, Tensor]], PlannedStep] = {}
     steps = plan.steps
+    loop = asyncio.get_running_loop()
+    finished: list[asyncio.Task[dict[str, Tensor]]] = []
+    wakeup: asyncio.Future[None] | None = None
+
+    def on_done(task: asyncio.Task[dict[str, Tensor]]) -> None:
+        finished.append(task)
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
     try:
         while True:
             if not running and len(ready) == 1:
-                # The only thing to do: await it inline, no task and no wait() bookkeeping.
+                # The only thing to do: await it inline, no task and no wake-up bookkeeping.
                 planned = steps[ready.pop()]
                 result = await _call(planned, values, call_step, request_id, parameters)
                 _store(planned, result, values, waiting, ready)
                 continue
             for position in ready:
                 planned = steps[position]
-                task = asyncio.create_task(_call(planned, values, call_step, request_id, parameters))
+                task = loop.create_task(_call(planned, values, call_step, request_id, parameters))
+                task.add_done_callback(on_done)
                 running[task] = planned
             ready.clear()
             if not running:
                 break
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            if not finished:
+                wakeup = loop.create_future()
+                await wakeup
+            done = finished.copy()
+            finished.clear()
             for task in done:
                 planned = running.pop(task)
                 _store(planned, task.result(), values, waiting, ready)

@@ -13,6 +13,7 @@ Nested ensembles (a step whose model is itself an ensemble) and decoupled step m
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -271,7 +272,7 @@ def _dims_text(dims: tuple[int, ...]) -> str:
 
 
 def _topological_order(where: str, steps: list[Step], producer: Mapping[str, int]) -> tuple[int, ...]:
-    """Kahn's algorithm over steps; on a cycle, name the steps on it."""
+    """Kahn's algorithm over steps, lowest index first among ready ones; on a cycle, name its steps."""
     upstream = [{producer[t] for t in s.input_map.values() if t in producer} for s in steps]
     downstream: list[list[int]] = [[] for _ in steps]
     for index, sources in enumerate(upstream):
@@ -281,12 +282,12 @@ def _topological_order(where: str, steps: list[Step], producer: Mapping[str, int
     ready = [index for index, count in enumerate(remaining) if count == 0]
     order: list[int] = []
     while ready:
-        index = ready.pop(0)
+        index = heapq.heappop(ready)
         order.append(index)
         for nxt in downstream[index]:
             remaining[nxt] -= 1
             if remaining[nxt] == 0:
-                ready.append(nxt)
+                heapq.heappush(ready, nxt)
     if len(order) == len(steps):
         return tuple(order)
     cycle = _find_cycle(upstream, {i for i, count in enumerate(remaining) if count > 0})
