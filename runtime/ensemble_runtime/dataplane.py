@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__
+from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.ensemble.graph import EnsembleGraph, Step
-from ensemble_runtime.errors import InferenceError, not_found, unavailable
+from ensemble_runtime.errors import InferenceError, internal, not_found, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry
@@ -133,9 +133,7 @@ class DataPlane:
         lv.stats.last_inference_ms = int(time.time() * 1000)
         missing = [n for n in requested if n not in outputs]
         if missing:
-            raise InferenceError(
-                unavailable("").code, f"model '{request.model_name}' did not produce requested output(s) {missing}"
-            )
+            raise internal(f"model '{request.model_name}' did not produce requested output(s) {missing}")
         return InferResponse(
             model_name=request.model_name,
             model_version=str(lv.version),

@@ -46,17 +46,17 @@ def read_config(model_dir: Path) -> mc.ModelConfig | None:
 
 def backend_of(config: mc.ModelConfig) -> str:
     if config.backend:
-        return config.backend
-    return _PLATFORM_BACKEND.get(config.platform, "")
+        return str(config.backend)
+    return _PLATFORM_BACKEND.get(str(config.platform), "")
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
-    return config.platform == ENSEMBLE_PLATFORM
+    return bool(config.platform == ENSEMBLE_PLATFORM)
 
 
 def model_filename(config: mc.ModelConfig) -> str:
     if config.default_model_filename:
-        return config.default_model_filename
+        return str(config.default_model_filename)
     return _DEFAULT_FILENAMES.get(backend_of(config), "model")
 
 
@@ -70,9 +70,7 @@ def apply_defaults(config: mc.ModelConfig, name: str) -> mc.ModelConfig:
         out.platform = _BACKEND_PLATFORM[out.backend]
     if out.platform and not out.backend and out.platform in _PLATFORM_BACKEND:
         out.backend = _PLATFORM_BACKEND[out.platform]
-    if not out.HasField("version_policy"):
-        out.version_policy.latest.num_versions = 1
-    elif out.version_policy.HasField("latest") and out.version_policy.latest.num_versions == 0:
+    if not out.HasField("version_policy") or (out.version_policy.HasField("latest") and out.version_policy.latest.num_versions == 0):
         out.version_policy.latest.num_versions = 1
     if not is_ensemble(out):
         if not out.instance_group:

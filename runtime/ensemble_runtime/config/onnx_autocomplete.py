@@ -11,7 +11,7 @@ from ensemble_runtime.config.model_config import ConfigError
 
 DEFAULT_MAX_BATCH_SIZE = 4
 
-_ONNX_TO_CONFIG = {
+_ONNX_TO_CONFIG: dict[int, int] = {
     onnx.TensorProto.FLOAT: mc.TYPE_FP32,
     onnx.TensorProto.UINT8: mc.TYPE_UINT8,
     onnx.TensorProto.INT8: mc.TYPE_INT8,

@@ -6,9 +6,8 @@ import shutil
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto, helper
-
 from ensemble_examples import onnx_models
+from onnx import TensorProto, helper
 
 MODELS = Path(__file__).parent / "models"
 

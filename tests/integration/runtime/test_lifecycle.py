@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 import threading
+import time
 import urllib.request
 from pathlib import Path
 

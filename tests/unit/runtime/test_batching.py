@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
-
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, BackendResult

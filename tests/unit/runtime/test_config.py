@@ -4,9 +4,6 @@ from pathlib import Path
 
 import onnx
 import pytest
-from onnx import TensorProto, helper
-from tritonclient.grpc import model_config_pb2 as mc
-
 from ensemble_runtime.config.model_config import (
     ConfigError,
     apply_defaults,
@@ -17,6 +14,8 @@ from ensemble_runtime.config.model_config import (
     parse_config_text,
 )
 from ensemble_runtime.config.onnx_autocomplete import autocomplete
+from onnx import TensorProto, helper
+from tritonclient.grpc import model_config_pb2 as mc
 
 
 def test_parse_and_defaults() -> None:
@@ -61,7 +60,7 @@ def test_check_config_refuses(text: str, message: str) -> None:
 
 
 def test_parse_error_names_file() -> None:
-    with pytest.raises(ConfigError, match="config.pbtxt.*max_batch_sizes"):
+    with pytest.raises(ConfigError, match=r"config\.pbtxt.*max_batch_sizes"):
         parse_config_text("max_batch_sizes: 3", "m/config.pbtxt")
 
 

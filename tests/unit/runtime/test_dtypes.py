@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ensemble_runtime.dtypes import (
     config_to_wire,
     deserialize_bytes,

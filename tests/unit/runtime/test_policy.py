@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from ensemble_runtime.repository.policy import parse_version_dir, select_versions
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
-
-from ensemble_runtime.repository.policy import parse_version_dir, select_versions
 
 
 def policy(text: str) -> mc.ModelVersionPolicy:

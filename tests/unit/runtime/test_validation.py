@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
-
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
 
 CONFIG = """
 name: "m" max_batch_size: 4
