@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from ensemble_operator.api.v1alpha1 import Ensemble, Model
+from ensemble_operator.handlers import register
+from ensemble_operator.kube import KubeClient
+from ensemble_operator.reconcile import Reconciler
+from ensemble_operator.render.common import RuntimeDefaults
+from ensemble_operator.settings import Settings
+from ensemble_operator.status import PodReport, compute_status, served_versions
+from ensemble_operator.validation import Issue
+from fake_api import FakeApi
+
+
+def _deployment(desired: int, ready: int, updated: int, stalled: bool = False) -> dict[str, Any]:
+    conds = [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}] if stalled else []
+    return {
+        "metadata": {"generation": 2},
+        "spec": {"replicas": desired},
+        "status": {
+            "observedGeneration": 2,
+            "replicas": desired,
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "conditions": conds,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("deployment", "issues", "phase"),
+    [
+        (None, [], "Progressing"),
+        (_deployment(2, 2, 2), [], "Ready"),
+        (_deployment(2, 1, 1), [], "Progressing"),
+        (_deployment(2, 1, 2, stalled=True), [], "Degraded"),
+        (_deployment(2, 1, 2), [], "Degraded"),
+        (_deployment(2, 2, 2), [Issue("cycle", "steps form a cycle: a -> a", "a")], "Invalid"),
+    ],
+)
+def test_phase(
+    ensemble: Ensemble, deployment: dict[str, Any] | None, issues: list[Issue], phase: str
+) -> None:
+    status = compute_status(ensemble, issues, deployment, [], "t0")
+    assert status.phase == phase
+    assert {c.type for c in status.conditions} == {"Ready", "Progressing", "Degraded"}
+    assert status.observed_generation == 3
+
+
+def test_transition_time_kept_while_status_holds(ensemble: Ensemble) -> None:
+    first = compute_status(ensemble, [], _deployment(2, 2, 2), [], "t0")
+    again = compute_status(ensemble.model_copy(update={"status": first}), [], _deployment(2, 2, 2), [], "t1")
+    assert again == first
+    flipped = compute_status(
+        ensemble.model_copy(update={"status": first}), [], _deployment(2, 0, 2), [], "t2"
+    )
+    ready = {c.type: c for c in flipped.conditions}["Ready"]
+    assert ready.status == "False" and ready.last_transition_time == "t2"
+
+
+def test_served_versions_disagreement() -> None:
+    pods = [
+        PodReport("a", True, {"m": 2}),
+        PodReport("b", True, {"m": 2}),
+        PodReport("c", True, {"m": 1}),
+        PodReport("d", False, {"m": 9}),
+    ]
+    assert served_versions(pods) == ({"m": 2}, False)
+    assert served_versions(pods[:2]) == ({"m": 2}, True)
+    assert served_versions([]) == (None, True)
+
+
+def test_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENSEMBLE_OPERATOR_NAMESPACES", "ml, ml-staging")
+    monkeypatch.setenv("ENSEMBLE_OPERATOR_DEFAULT_RUNTIME_IMAGE", "img:1")
+    monkeypatch.setenv("ENSEMBLE_OPERATOR_DEFAULT_RUNTIME_RESOURCES", '{"requests": {"cpu": "2"}}')
+    settings = Settings()
+    assert settings.namespace_list() == ["ml", "ml-staging"] and not settings.clusterwide
+    defaults = settings.runtime_defaults()
+    assert defaults.image == "img:1" and defaults.requests == {"cpu": "2"} and defaults.limits == {}
+    assert Settings(namespaces="").clusterwide
+
+
+def test_handlers_register_on_a_private_registry(models: dict[str, Model]) -> None:
+    registry = kopf.OperatorRegistry()
+    register(registry, Reconciler(kube=KubeClient(FakeApi()), defaults=RuntimeDefaults()), 30.0)
+    ids = {h.id for h in registry._webhooks.get_all_handlers()}
+    assert {"validate-ensemble", "validate-model"} <= ids
+    assert len(registry._changing.get_all_handlers()) >= 7
+    assert len(registry._spawning.get_all_handlers()) == 1
