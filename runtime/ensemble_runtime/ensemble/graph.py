@@ -25,6 +25,8 @@ from ensemble_runtime.config.model_config import ConfigError, ModelConfig, is_en
 from ensemble_runtime.ensemble.plan import ExecutionPlan, Step, frozen_map, make_plan
 from ensemble_runtime.errors import invalid
 
+__all__ = ["EnsembleGraph", "ExecutionPlan", "Step", "build_graph"]
+
 _PLAN_CACHE_LIMIT = 256  # distinct requested-output sets cached per graph
 
 
