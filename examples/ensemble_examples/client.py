@@ -1,0 +1,238 @@
+"""Demo client: exercise every example model over the KServe v2 / Triton gRPC protocol.
+
+    python -m ensemble_examples.client --url localhost:8001
+
+Waits for the server, lists the repository, runs each pipeline, checks the answers and prints them.
+Exits 1 if any check fails (2 if the server never became ready).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import numpy as np
+import numpy.typing as npt
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from ensemble_examples import configs
+from ensemble_examples.repository import write_image_png
+
+SENTENCES = (
+    "the movie was wonderful and the actors were great",
+    "a dull, slow and forgettable evening",
+    "service was quick",
+    "I would not recommend this place to anyone",
+)
+THRESHOLD = 0.5
+
+
+class CheckFailed(RuntimeError):
+    """The server answered, but not what the example models compute."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    title: str
+    run: Callable[[Any], list[str]]  # client -> lines to print
+
+
+def wait_ready(client: Any, timeout_s: float) -> None:
+    """Poll until the server says it is ready; raise TimeoutError with the last error after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last = "not ready"
+    while True:
+        try:
+            if client.is_server_ready():
+                return
+        except InferenceServerException as exc:
+            last = str(exc)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"server not ready after {timeout_s:.0f}s ({last})")
+        time.sleep(0.5)
+
+
+def _bytes_input(name: str, values: Sequence[bytes]) -> Any:
+    array = np.empty((len(values), 1), dtype=np.object_)
+    array[:, 0] = list(values)
+    tensor = grpcclient.InferInput(name, list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _input(name: str, array: npt.NDArray[Any], datatype: str) -> Any:
+    tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _infer(client: Any, model: str, inputs: list[Any], outputs: Sequence[str]) -> dict[str, npt.NDArray[Any]]:
+    requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
+    result = client.infer(model, inputs, outputs=requested)
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for name in outputs:
+        array = result.as_numpy(name)
+        if array is None:
+            raise CheckFailed(f"{model}: the response has no output '{name}'")
+        arrays[name] = array
+    return arrays
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def repository_index(client: Any) -> list[str]:
+    models: list[dict[str, str]] = client.get_model_repository_index(as_json=True).get("models", [])
+    lines = []
+    for model in models:
+        version = model.get("version") or "-"
+        state = model.get("state") or "UNKNOWN"
+        reason = f" ({model['reason']})" if model.get("reason") else ""
+        lines.append(f"{model.get('name', '?'):<18} version {version:<3} {state}{reason}")
+    expected = {
+        "image_pipeline",
+        "dual_classifier",
+        "text_pipeline",
+        "bls_router",
+        "add_sub",
+        *configs.ROUTES,
+    }
+    missing = sorted(expected - {model.get("name", "") for model in models})
+    if missing:
+        raise CheckFailed(f"repository index lacks {', '.join(missing)}")
+    return lines
+
+
+def image_pipeline(client: Any) -> list[str]:
+    images = [write_image_png(seed=seed) for seed in (1, 2)]
+    labels = _infer(client, "image_pipeline", [_bytes_input("image_bytes", images)], ["labels"])["labels"]
+    if labels.shape != (len(images), configs.TOP_K):
+        raise CheckFailed(
+            f"image_pipeline: labels shape {labels.shape}, expected {(len(images), configs.TOP_K)}"
+        )
+    lines = []
+    for index, row in enumerate(labels):
+        entries = [_text(v) for v in row]
+        for entry in entries:
+            label, _, score = entry.rpartition(":")
+            if label not in configs.LABELS or not 0.0 <= float(score) <= 1.0:
+                raise CheckFailed(f"image_pipeline: unexpected label entry '{entry}'")
+        lines.append(f"image {index}: " + ", ".join(entries))
+    return lines
+
+
+def dual_classifier(client: Any) -> list[str]:
+    images = [write_image_png(seed=seed) for seed in (1, 2, 3)]
+    out = _infer(client, "dual_classifier", [_bytes_input("image_bytes", images)], ["class_id", "label"])
+    lines = []
+    for index, (class_id, label) in enumerate(zip(out["class_id"][:, 0], out["label"][:, 0], strict=True)):
+        if configs.LABELS[int(class_id)] != _text(label):
+            raise CheckFailed(f"dual_classifier: class {class_id} came back labelled '{_text(label)}'")
+        lines.append(f"image {index}: class {int(class_id)} ({_text(label)})")
+    return lines
+
+
+def text_pipeline(client: Any) -> list[str]:
+    thresholds = np.full((len(SENTENCES), 1), THRESHOLD, dtype=np.float32)
+    inputs = [
+        _bytes_input("text", [s.encode() for s in SENTENCES]),
+        _input("threshold", thresholds, "FP32"),
+    ]
+    out = _infer(client, "text_pipeline", inputs, ["probability", "verdict"])
+    lines = []
+    for sentence, probability, verdict in zip(
+        SENTENCES, out["probability"][:, 0], out["verdict"][:, 0], strict=True
+    ):
+        if not 0.0 <= probability <= 1.0 or bool(verdict) != (probability >= THRESHOLD):
+            raise CheckFailed(
+                f"text_pipeline: probability {probability} with verdict {verdict} for '{sentence}'"
+            )
+        lines.append(f"{probability:.3f} {'yes' if verdict else 'no ':<3} {sentence!r}")
+    return lines
+
+
+def bls_router(client: Any) -> list[str]:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    expected = {"model_a": x * 2.0, "model_b": x + 100.0}
+    lines = []
+    for route, model in enumerate(configs.ROUTES):
+        inputs = [_input("route", np.array([route], dtype=np.int32), "INT32"), _input("X", x, "FP32")]
+        out = _infer(client, "bls_router", inputs, ["Y", "model"])
+        used = _text(out["model"].reshape(-1)[0])
+        if used != model or not np.allclose(out["Y"], expected[model]):
+            raise CheckFailed(f"bls_router: route {route} answered by '{used}' with Y={out['Y'].tolist()}")
+        lines.append(f"route {route} -> {used}: Y[0] = {out['Y'][0].tolist()}")
+    return lines
+
+
+def add_sub(client: Any) -> list[str]:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.float32)
+    out = _infer(
+        client, "add_sub", [_input("INPUT0", a, "FP32"), _input("INPUT1", b, "FP32")], ["OUTPUT0", "OUTPUT1"]
+    )
+    if not (np.array_equal(out["OUTPUT0"], a + b) and np.array_equal(out["OUTPUT1"], a - b)):
+        raise CheckFailed(
+            f"add_sub: wrong sums/differences {out['OUTPUT0'].tolist()} {out['OUTPUT1'].tolist()}"
+        )
+    return [
+        f"OUTPUT0 = {out['OUTPUT0'][0, :6].tolist()} ...",
+        f"OUTPUT1 = {out['OUTPUT1'][0, :6].tolist()} ...",
+    ]
+
+
+CHECKS = (
+    Check("repository index", repository_index),
+    Check("image_pipeline: PNG -> preprocess -> classifier_a -> top-3 labels", image_pipeline),
+    Check("dual_classifier: PNG -> classifier_a + classifier_b -> argmax", dual_classifier),
+    Check(f"text_pipeline: text -> tokenizer -> text_scorer -> threshold {THRESHOLD}", text_pipeline),
+    Check("bls_router: route 0 -> model_a (2X), route 1 -> model_b (X+100)", bls_router),
+    Check("add_sub", add_sub),
+)
+
+
+def run_checks(client: Any, out: TextIO) -> int:
+    """Run every check, printing results; return the number that failed."""
+    failures = 0
+    for check in CHECKS:
+        print(f"== {check.title}", file=out)
+        try:
+            lines = check.run(client)
+        except (InferenceServerException, CheckFailed) as exc:
+            failures += 1
+            print(f"   FAILED: {exc}", file=out)
+            continue
+        for line in lines:
+            print(f"   {line}", file=out)
+    print(f"{len(CHECKS) - failures}/{len(CHECKS)} checks passed", file=out)
+    return failures
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ensemble_examples.client", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--url", default="localhost:8001", help="gRPC endpoint host:port")
+    parser.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    args = parser.parse_args(argv)
+    client = grpcclient.InferenceServerClient(url=args.url)
+    try:
+        try:
+            wait_ready(client, args.ready_timeout)
+        except TimeoutError as exc:
+            print(f"server at {args.url}: {exc}", file=out)
+            return 2
+        print(f"server at {args.url} is ready", file=out)
+        return 1 if run_checks(client, out) else 0
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
