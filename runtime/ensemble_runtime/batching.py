@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import ModelInstance
-from ensemble_runtime.errors import InferenceError, ErrorCode, internal, unavailable
+from ensemble_runtime.errors import ErrorCode, InferenceError, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
 from ensemble_runtime.stats import ModelStats
 
@@ -62,8 +62,17 @@ class Scheduler:
     _wakeup: asyncio.Condition = field(default_factory=asyncio.Condition)
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _closing: bool = False
+    _idle: list[ModelInstance] = field(default_factory=list)
+    _slots: asyncio.Semaphore | None = None
+    _waiting: int = 0
 
     def start(self) -> None:
+        if not self.policy.enabled:
+            # Without batching a request needs only a free instance: take one directly in the caller's
+            # task (no queue hand-off, no worker wake-up); wait on the semaphore when all are busy.
+            self._idle = list(self.instances)
+            self._slots = asyncio.Semaphore(len(self.instances))
+            return
         for index, instance in enumerate(self.instances):
             task = asyncio.get_running_loop().create_task(
                 self._work(instance), name=f"{self.model}-instance-{index}"
@@ -73,6 +82,8 @@ class Scheduler:
     async def submit(self, request: BackendRequest) -> dict[str, Tensor]:
         if self._closing:
             raise unavailable(f"model '{self.model}' is unloading")
+        if self._slots is not None:
+            return await self._submit_direct(request)
         if self.policy.max_queue_size and len(self._queue) >= self.policy.max_queue_size:
             raise unavailable(
                 f"model '{self.model}': request exceeds maximum queue size {self.policy.max_queue_size}"
@@ -91,9 +102,33 @@ class Scheduler:
             self._wakeup.notify()
         return await pending.future
 
+    async def _submit_direct(self, request: BackendRequest) -> dict[str, Tensor]:
+        assert self._slots is not None
+        if self.policy.max_queue_size and self._waiting >= self.policy.max_queue_size and not self._idle:
+            raise unavailable(
+                f"model '{self.model}': request exceeds maximum queue size {self.policy.max_queue_size}"
+            )
+        enqueued = time.perf_counter_ns()
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        instance = self._idle.pop()
+        try:
+            item = _Pending(request, 1, enqueued, asyncio.get_running_loop().create_future())
+            await self._run(instance, [item])
+            return item.future.result()
+        finally:
+            self._idle.append(instance)
+            self._slots.release()
+
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
         self._closing = True
+        if self._slots is not None:
+            for _ in self.instances:  # every instance back: nothing in flight any more
+                await self._slots.acquire()
         async with self._wakeup:
             self._wakeup.notify_all()
         if self._workers:

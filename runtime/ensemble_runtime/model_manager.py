@@ -354,9 +354,7 @@ class ModelManager:
             fingerprints = {v: _fingerprint(config, location.versions[v]) for v in selection.selected}
             served = {v: rec.versions[v].fingerprint for v in rec.served if v in rec.versions}
             attempted = {v: lv.fingerprint for v, lv in rec.versions.items()}
-            if fingerprints != served and any(attempted.get(v) != f for v, f in fingerprints.items()):
-                changed.append(name)
-            elif set(served) - set(fingerprints):
+            if (fingerprints != served and any(attempted.get(v) != f for v, f in fingerprints.items())) or set(served) - set(fingerprints):
                 changed.append(name)
         return changed
 

@@ -1,0 +1,104 @@
+"""Issue 2 benchmark: one small ONNX model, batch 1, served vs onnxruntime called directly, same run.
+
+Prints p50/p99 at 1 and 16 in flight and writes bench/results/single_model.json.
+Overhead = served p50 - direct p50 at 1 in flight (target <= 150 us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import tritonclient.grpc.aio as grpcaio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import closed_loop, summarize, write_json  # noqa: E402
+from ensemble_examples import onnx_models  # noqa: E402
+from tests.support.runtime_process import RuntimeProcess  # noqa: E402
+
+CONFIG = """
+name: "add_sub"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+instance_group [ { count: %d kind: KIND_CPU } ]
+"""
+
+
+def direct(session: ort.InferenceSession, feeds: dict[str, np.ndarray], concurrency: int, duration: float) -> dict[str, float]:
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + duration
+
+    def worker() -> list[float]:
+        out: list[float] = []
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    for _ in range(200):
+        session.run(None, feeds)
+    with ThreadPoolExecutor(concurrency) as pool:
+        for part in pool.map(lambda _: worker(), range(concurrency)):
+            latencies.extend(part)
+    return summarize(latencies, duration)
+
+
+async def served(url: str, feeds: dict[str, np.ndarray], concurrency: int, duration: float) -> dict[str, float]:
+    client = grpcaio.InferenceServerClient(url)
+    inputs = []
+    for name, array in feeds.items():
+        item = grpcaio.InferInput(name, list(array.shape), "FP32")
+        item.set_data_from_numpy(array)
+        inputs.append(item)
+
+    async def call() -> object:
+        return await client.infer("add_sub", inputs)
+
+    try:
+        return await closed_loop(call, concurrency, duration)
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--instances", type=int, default=2)
+    args = parser.parse_args()
+    feeds = {"INPUT0": np.random.rand(1, 16).astype(np.float32), "INPUT1": np.random.rand(1, 16).astype(np.float32)}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "add_sub" / "1").mkdir(parents=True)
+        (root / "add_sub" / "config.pbtxt").write_text(CONFIG % args.instances)
+        onnx_models.save(onnx_models.add_sub(), root / "add_sub" / "1" / "model.onnx")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(root / "add_sub" / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        results: dict[str, dict[str, float]] = {}
+        with RuntimeProcess([root], ["--model-control-mode=explicit", "--load-model=add_sub"]) as proc:
+            proc.wait_model_ready("add_sub")
+            for concurrency in (1, 16):
+                results[f"direct_c{concurrency}"] = direct(session, feeds, concurrency, args.duration)
+                results[f"served_c{concurrency}"] = asyncio.run(served(proc.grpc_url, feeds, concurrency, args.duration))
+    overhead = results["served_c1"]["p50_us"] - results["direct_c1"]["p50_us"]
+    payload = {"model": "add_sub FP32[1,16] x2", "instances": args.instances, "results": results,
+               "overhead_p50_us_at_1": round(overhead, 1), "target_overhead_p50_us": 150}
+    print(f"{'case':<14}{'p50 us':>10}{'p99 us':>10}{'req/s':>10}")
+    for case, row in results.items():
+        print(f"{case:<14}{row['p50_us']:>10}{row['p99_us']:>10}{row['throughput_rps']:>10}")
+    print(f"overhead at p50, 1 in flight: {overhead:.1f} us (target <= 150 us)")
+    print(f"wrote {write_json('single_model', payload)}")
+
+
+if __name__ == "__main__":
+    main()
