@@ -23,9 +23,7 @@ B = np.array([0.5, 0.5, 0.5, 0.5], dtype=np.float32)
 
 
 def add_sub_request(requested: tuple[str, ...] = (), **parameters: Any) -> BackendRequest:
-    return BackendRequest(
-        inputs={"INPUT0": A, "INPUT1": B}, requested_outputs=requested, parameters=parameters
-    )
+    return BackendRequest(inputs={"INPUT0": A, "INPUT1": B}, requested_outputs=requested, parameters=parameters)
 
 
 def ok(result: BackendResult) -> dict[str, Tensor]:
@@ -128,9 +126,7 @@ def test_exception_in_execute_fails_the_whole_batch(run: Run) -> None:
         ("missing_output", ("Y", "Z"), "the response has no output 'Z' (it has: Y)"),
     ],
 )
-def test_malformed_responses_are_named(
-    run: Run, mode: str, requested: tuple[str, ...], expected: str
-) -> None:
+def test_malformed_responses_are_named(run: Run, mode: str, requested: tuple[str, ...], expected: str) -> None:
     async def body(h: Harness) -> None:
         (instance,) = await h.load("errors")
         (result,) = await instance.execute([errors_request(mode, requested)])
@@ -243,19 +239,16 @@ def test_auto_complete_config_fills_the_config(run: Run, repo: Path) -> None:
 
 def test_failing_initialize_is_a_config_error_naming_the_file(run: Run) -> None:
     async def body(h: Harness) -> None:
-        with pytest.raises(
-            ConfigError, match=r"initialize\(\) in .*bad_init/1/model.py failed: RuntimeError: weights"
-        ):
+        with pytest.raises(ConfigError, match=r"initialize\(\) in .*bad_init/1/model.py failed: RuntimeError: weights"):
             await h.load("bad_init")
+        assert not [name for name in sys.modules if name.startswith("_triton_model_bad_init")]
 
     run(body)
 
 
 def test_syntax_error_is_a_config_error_naming_file_and_line(run: Run, repo: Path) -> None:
     async def body(h: Harness) -> None:
-        (repo / "bad_init" / "1" / "model.py").write_text(
-            "class TritonPythonModel:\n    def execute(self, r)\n"
-        )
+        (repo / "bad_init" / "1" / "model.py").write_text("class TritonPythonModel:\n    def execute(self, r)\n")
         with pytest.raises(ConfigError, match=r"syntax error in .*bad_init/1/model.py line 2"):
             await h.load("bad_init")
 

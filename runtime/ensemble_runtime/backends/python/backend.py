@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from ensemble_runtime.dtypes import config_to_wire
 log = logging.getLogger(__name__)
 
 MODEL_CLASS = "TritonPythonModel"
+# What `import triton_python_backend_utils` gives a model, even where the top-level shim is not installed.
+_ALIASES = types.MappingProxyType({"triton_python_backend_utils": "ensemble_runtime.backends.python.pb_utils"})
 
 
 class PythonBackend:
@@ -64,9 +67,7 @@ class PythonBackend:
         slots = _instance_slots(config)
         release = _Countdown(len(slots), module)
         target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name)
-        output_types = {
-            o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type
-        }
+        output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
         try:
@@ -75,12 +76,11 @@ class PythonBackend:
                 instances.append(PythonInstance(model, config.name, slot.name, target, output_types, release))
         except Exception as exc:
             for instance in instances:
-                await instance.close()
+                instance.discard()
             for _ in range(len(slots) - len(instances)):
                 release()
             raise ConfigError(
-                f"model '{config.name}': creating {MODEL_CLASS} from {path} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"model '{config.name}': creating {MODEL_CLASS} from {path} failed: {type(exc).__name__}: {exc}"
             ) from None
         results = await asyncio.gather(
             *(
@@ -91,8 +91,11 @@ class PythonBackend:
         )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
-            for instance in instances:
-                await instance.close()
+            for instance, result in zip(instances, results, strict=True):
+                if isinstance(result, BaseException):
+                    instance.discard()
+                else:
+                    await instance.close()
             first = failures[0]
             raise ConfigError(
                 f"model '{config.name}' version {context.version}: initialize() in {path} failed: "
@@ -122,9 +125,7 @@ def _instance_slots(config: mc.ModelConfig) -> list[_Slot]:
     return slots or [_Slot("CPU", f"{config.name}_0_0", 0)]
 
 
-def _initialize_args(
-    config: mc.ModelConfig, context: LoadContext, config_json: str, slot: _Slot
-) -> dict[str, str]:
+def _initialize_args(config: mc.ModelConfig, context: LoadContext, config_json: str, slot: _Slot) -> dict[str, str]:
     return {
         "model_config": config_json,
         "model_instance_kind": slot.kind,
@@ -146,15 +147,13 @@ def _model_file(config: mc.ModelConfig, version_path: Path) -> Path:
 def _import(path: Path, config: mc.ModelConfig, version_path: Path) -> ModelModule:
     version = int(version_path.name) if version_path.name.isdigit() else 0
     try:
-        return load_model_module(path, config.name, version)
+        return load_model_module(path, config.name, version, _ALIASES)
     except SyntaxError as exc:
         raise ConfigError(
             f"model '{config.name}': syntax error in {exc.filename or path} line {exc.lineno}: {exc.msg}"
         ) from None
     except Exception as exc:
-        raise ConfigError(
-            f"model '{config.name}': importing {path} failed: {type(exc).__name__}: {exc}"
-        ) from None
+        raise ConfigError(f"model '{config.name}': importing {path} failed: {type(exc).__name__}: {exc}") from None
 
 
 class _Countdown:

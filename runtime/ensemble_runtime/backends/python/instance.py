@@ -76,13 +76,10 @@ class PythonInstance:
             return [failure] * len(requests)
         if len(responses) != len(requests):
             failure = internal(
-                f"model '{self._name}': execute() returned {len(responses)} responses "
-                f"for {len(requests)} requests"
+                f"model '{self._name}': execute() returned {len(responses)} responses for {len(requests)} requests"
             )
             return [failure] * len(requests)
-        return [
-            self._result(request, response) for request, response in zip(requests, responses, strict=True)
-        ]
+        return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
 
     def _result(self, request: BackendRequest, response: Any) -> BackendResult:
         if not isinstance(response, InferenceResponse):
@@ -120,6 +117,13 @@ class PythonInstance:
             f"model '{self._name}': output '{tensor.name()}' has data type {actual} but the model config "
             f"declares {expected}"
         )
+
+    def discard(self) -> None:
+        """Drop an instance whose `initialize` failed, without calling `finalize`."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=False)
+            self._on_close()
 
     async def close(self) -> None:
         if self._closed:

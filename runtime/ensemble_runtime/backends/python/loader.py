@@ -8,7 +8,9 @@ becomes a package with a unique name (relative imports just work), and the model
 `__import__` of their own (through their `__builtins__`) that maps an absolute import of a sibling, when
 nothing installed has that name (Triton appends, so installed packages win there too), onto that package.
 `sys.modules` holds the package while the model is loaded; `ModelModule.release` removes it.
-Limitation: `importlib.import_module("utils")` bypasses `__import__` and does not see sibling files.
+`aliases` maps module names the model imports onto modules of ours (`triton_python_backend_utils`), so a model
+finds the API whether or not the top-level shim is importable. Limitation: `importlib.import_module("utils")`
+bypasses `__import__` and sees neither sibling files nor aliases.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class ModelModule:
             sys.modules.pop(name, None)
 
 
-def load_model_module(path: Path, model_name: str, version: int) -> ModelModule:
+def load_model_module(
+    path: Path, model_name: str, version: int, aliases: Mapping[str, str] | None = None
+) -> ModelModule:
     """Execute `path` (e.g. `<repo>/<model>/1/model.py`) as `<unique package>.model`; exceptions propagate."""
     safe = re.sub(r"\W", "_", model_name)
     package = f"_triton_model_{safe}_v{version}_{uuid.uuid4().hex[:8]}"
@@ -51,7 +55,7 @@ def load_model_module(path: Path, model_name: str, version: int) -> ModelModule:
     handle = ModelModule(package, package_module)
     sys.modules[package] = package_module
     try:
-        module = _ScopedImporter(package, root).load(f"{package}.{path.stem}")
+        module = _ScopedImporter(package, root, aliases or {}).load(f"{package}.{path.stem}")
     except BaseException:
         handle.release()
         raise
@@ -61,9 +65,10 @@ def load_model_module(path: Path, model_name: str, version: int) -> ModelModule:
 class _ScopedImporter:
     """The `__import__` the model's modules see; everything not theirs goes to the real one."""
 
-    def __init__(self, package: str, root: Path) -> None:
+    def __init__(self, package: str, root: Path, aliases: Mapping[str, str]) -> None:
         self._package = package
         self._root = root
+        self._aliases = dict(aliases)
         self._lock = threading.RLock()
         self._local: dict[str, bool] = {}
         self._builtins = dict(vars(builtins))
@@ -77,6 +82,8 @@ class _ScopedImporter:
         fromlist: Sequence[str] | None = (),
         level: int = 0,
     ) -> types.ModuleType:
+        if level == 0 and name in self._aliases:
+            return importlib.import_module(self._aliases[name])
         absolute = self._resolve(name, globals or {}, level)
         if absolute is None:
             return builtins.__import__(name, globals, locals, fromlist or (), level)

@@ -176,9 +176,7 @@ class Tensor:
         try:
             array = np.from_dlpack(capsule)
         except (BufferError, TypeError, RuntimeError) as exc:
-            raise TritonModelException(
-                f"tensor '{name}': only CPU DLPack tensors are supported here: {exc}"
-            ) from None
+            raise TritonModelException(f"tensor '{name}': only CPU DLPack tensors are supported here: {exc}") from None
         return Tensor(name, array)
 
     def __repr__(self) -> str:

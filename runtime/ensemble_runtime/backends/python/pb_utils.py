@@ -99,8 +99,7 @@ class InferenceResponse:
         for tensor in tensors:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException(
-                    "InferenceResponse output_tensors must be pb_utils.Tensor objects, "
-                    f"got {type(tensor).__name__}"
+                    f"InferenceResponse output_tensors must be pb_utils.Tensor objects, got {type(tensor).__name__}"
                 )
         self._tensors = tensors
         self._error = error
