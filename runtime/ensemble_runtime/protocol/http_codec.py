@@ -1,0 +1,394 @@
+"""KServe v2 / Triton HTTP bodies <-> data plane types: JSON tensors and the binary tensor extension. Pure.
+
+A request body is a JSON header, optionally followed by raw tensor bytes; `Inference-Header-Content-Length`
+gives the header's length and each binary input its `binary_data_size`. Every error is an `invalid(...)`
+that names the tensor or field at fault, so the transport answers 400 and never 500 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf import descriptor as pbd
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime import dtypes
+from ensemble_runtime.errors import ErrorCode, InferenceError, invalid
+from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
+from ensemble_runtime.model_manager import IndexEntry
+from ensemble_runtime.stats import Duration, ModelStats
+from ensemble_runtime.validation import ModelSignature
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+JSON_CONTENT = "application/json"
+BINARY_CONTENT = "application/octet-stream"
+
+_INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
+_INT64 = frozenset({pbd.FieldDescriptor.CPPTYPE_INT64, pbd.FieldDescriptor.CPPTYPE_UINT64})
+_DATATYPES = dtypes.WIRE_TYPES - {"BF16"}  # numpy has no bfloat16
+_INFER_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_BATCH_STATS = ("compute_input", "compute_infer", "compute_output")
+_NO_CACHE_STATS = ("cache_hit", "cache_miss")  # no response cache: Triton's fields, always zero
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedInfer:
+    """An inference request off the wire, plus how the client wants each output encoded."""
+
+    request: InferRequest
+    declared: dict[str, str]  # input name -> datatype given on the wire
+    binary_default: bool = False  # request parameter `binary_data_output`
+
+    def binary(self, name: str) -> bool:
+        """Whether output `name` goes back as binary data: its `binary_data`, else `binary_data_output`."""
+        return bool(self.request.output_parameters.get(name, {}).get("binary_data", self.binary_default))
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()  # ASCII: safe for any str, even lone surrogates
+
+
+def error_body(message: str) -> bytes:
+    return dumps({"error": message})
+
+
+def parse_json(raw: bytes | memoryview, what: str) -> dict[str, Any]:
+    """A JSON object from a request body; an empty body is an empty object."""
+    if not len(raw):
+        return {}
+    try:
+        value = json.loads(bytes(raw))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise invalid(f"malformed JSON in {what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise invalid(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _parameters(raw: object, where: str) -> dict[str, ParamValue]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid(f"'parameters' of {where} must be a JSON object")
+    for key, value in raw.items():
+        if not isinstance(value, bool | int | float | str):
+            raise invalid(f"parameter '{key}' of {where} must be a string, number or boolean")
+    return dict(raw)
+
+
+def _shape(name: str, raw: object) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
+        raise invalid(f"input '{name}': 'shape' must be a list of integers, got {raw!r}")
+    if any(d < 0 for d in raw):
+        raise invalid(f"input '{name}' has a negative dimension in shape {raw}")
+    return tuple(raw)
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    return [leaf for item in data for leaf in (_flatten(item) if isinstance(item, list) else (item,))]
+
+
+def _numbers(name: str, wire: str, data: list[Any]) -> np.ndarray[Any, Any]:
+    """Flat array of the JSON values in `data` (nested rows, or ragged: numpy's fast path first), checked."""
+    try:
+        array = np.asarray(data)
+    except (ValueError, OverflowError):
+        array = np.asarray(_flatten(data))
+    kinds, what = ("b", "booleans") if wire == "BOOL" else ("iu", "integers") if wire in _INTS else ("iuf", "numbers")
+    exact = False  # integers numpy would turn into floats or objects (past int64, mixed signs)
+    if wire in _INTS and array.dtype.kind not in "iu":
+        values = _flatten(data)
+        exact = all(type(v) is int for v in values)
+        array = np.array(values, dtype=np.object_) if exact else array
+    if array.size and array.dtype.kind not in kinds and not exact:
+        raise invalid(f"input '{name}': 'data' must hold only {what} for datatype {wire}")
+    if wire in _INTS and array.size:
+        info = np.iinfo(wire.lower())
+        if array.min() < info.min or array.max() > info.max:
+            raise invalid(f"input '{name}': a value in 'data' is out of range for datatype {wire}")
+    return array.reshape(-1)
+
+
+def tensor_from_json(name: str, wire: str, shape: tuple[int, ...], data: object) -> Tensor:
+    """A JSON `data` array (flat or nested, row-major) -> array of `shape`."""
+    if not isinstance(data, list):
+        raise invalid(f"input '{name}': 'data' must be a JSON array")
+    count = math.prod(shape)
+    if wire == "BYTES":
+        strings = _flatten(data)
+        if not all(isinstance(v, str) for v in strings):
+            raise invalid(f"input '{name}': 'data' must hold only strings for datatype BYTES")
+        array = np.empty(len(strings), dtype=np.object_)
+        try:
+            array[:] = [v.encode() for v in strings]
+        except UnicodeEncodeError:
+            raise invalid(f"input '{name}': a string in 'data' is not valid Unicode") from None
+    else:
+        array = _numbers(name, wire, data)
+    if array.size != count:
+        raise invalid(
+            f"unexpected number of elements {array.size} in 'data' for input '{name}', "
+            f"expecting {count} for shape {list(shape)}"
+        )
+    return array.astype(dtypes.wire_to_numpy(wire), copy=False).reshape(shape)
+
+
+def tensor_from_binary(name: str, wire: str, shape: tuple[int, ...], raw: memoryview) -> Tensor:
+    count = math.prod(shape)
+    if wire == "BYTES":
+        return dtypes.deserialize_bytes(bytes(raw), count, name).reshape(shape)
+    expected = count * dtypes.element_size(wire)
+    if len(raw) != expected:
+        raise invalid(
+            f"unexpected total byte size {len(raw)} for input '{name}', expecting {expected} "
+            f"({wire} shape {list(shape)})"
+        )
+    return np.frombuffer(raw, dtype=dtypes.wire_to_numpy(wire)).reshape(shape)
+
+
+def _header_length(value: str | None, body_length: int) -> int:
+    if value is None:
+        return body_length
+    try:
+        length = int(value)
+    except ValueError:
+        raise invalid(f"{HEADER_LENGTH} must be an integer, got '{value}'") from None
+    if length < 0 or length > body_length:
+        raise invalid(f"{HEADER_LENGTH} is {length} but the request body has {body_length} bytes")
+    return length
+
+
+def _input_tensor(item: object, index: int, binary: memoryview, offset: int) -> tuple[str, str, Tensor, int]:
+    """One entry of `inputs` -> (name, datatype, array, bytes of binary data it used)."""
+    if not isinstance(item, dict):
+        raise invalid(f"inputs[{index}] must be a JSON object")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid(f"inputs[{index}] has no 'name'")
+    wire = item.get("datatype")
+    if not isinstance(wire, str) or wire not in _DATATYPES:
+        raise invalid(f"input '{name}' has unknown or unsupported datatype '{wire}'")
+    shape = _shape(name, item.get("shape"))
+    params = _parameters(item.get("parameters"), f"input '{name}'")
+    if "shared_memory_region" in params:
+        raise invalid(f"input '{name}': shared memory is not supported by this runtime")
+    size = params.get("binary_data_size")
+    if size is None:
+        if "data" not in item:
+            raise invalid(f"input '{name}' has neither 'data' nor a 'binary_data_size' parameter")
+        return name, wire, tensor_from_json(name, wire, shape, item["data"]), 0
+    if "data" in item:
+        raise invalid(f"input '{name}' has both 'data' and a 'binary_data_size' parameter")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise invalid(f"input '{name}': 'binary_data_size' must be a non-negative integer, got {size!r}")
+    if offset + size > len(binary):
+        raise invalid(
+            f"input '{name}': binary_data_size {size} runs past the end of the request body "
+            f"({len(binary) - offset} bytes of binary data left)"
+        )
+    return name, wire, tensor_from_binary(name, wire, shape, binary[offset : offset + size]), size
+
+
+def _outputs(raw: object) -> dict[str, dict[str, ParamValue]]:
+    """The requested outputs, in order, with their parameters."""
+    if not isinstance(raw, list | None):
+        raise invalid("'outputs' must be a JSON array")
+    requested: dict[str, dict[str, ParamValue]] = {}
+    for index, item in enumerate(raw or []):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name:
+            raise invalid(f"outputs[{index}] has no 'name'")
+        if name in requested:
+            raise invalid(f"output '{name}' is requested more than once")
+        params = requested[name] = _parameters(item.get("parameters"), f"output '{name}'")
+        if "classification" in params:
+            raise invalid(f"output '{name}': the classification extension is not supported")
+        if "shared_memory_region" in params:
+            raise invalid(f"output '{name}': shared memory is not supported by this runtime")
+        if not isinstance(params.get("binary_data", False), bool):
+            raise invalid(f"output '{name}': 'binary_data' must be a boolean")
+    return requested
+
+
+def decode_infer_request(body: bytes, header_length: str | None, model: str, version: str = "") -> DecodedInfer:
+    """An infer request body (JSON header plus binary tensors) -> what the data plane takes."""
+    length = _header_length(header_length, len(body))
+    view = memoryview(body)
+    header = parse_json(view[:length], "the inference request")
+    binary = view[length:]
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise invalid("request 'id' must be a string")
+    parameters = _parameters(header.get("parameters"), "the request")
+    binary_default = parameters.pop("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise invalid("request parameter 'binary_data_output' must be a boolean")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise invalid("the inference request has no 'inputs' array")
+    inputs: dict[str, Tensor] = {}
+    declared: dict[str, str] = {}
+    offset = 0
+    for index, item in enumerate(raw_inputs):
+        name, wire, array, used = _input_tensor(item, index, binary, offset)
+        if name in inputs:
+            raise invalid(f"input '{name}' is given more than once")
+        inputs[name], declared[name] = array, wire
+        offset += used
+    if offset != len(binary):
+        raise invalid(
+            f"the request body has {len(binary) - offset} bytes of binary data that no input claims "
+            f"(inputs declare {offset} of {len(binary)} bytes through 'binary_data_size')"
+        )
+    outputs = _outputs(header.get("outputs"))
+    request = InferRequest(model, version, inputs, list(outputs), request_id, parameters, outputs)
+    return DecodedInfer(request, declared, binary_default)
+
+
+def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
+    flat = array.reshape(-1)
+    if wire != "BYTES":
+        return list(flat.tolist())
+    try:
+        return [item if isinstance(item, str) else bytes(item).decode() for item in flat]
+    except UnicodeDecodeError:
+        raise invalid(
+            f"output '{name}' holds bytes that are not UTF-8 text; request it with 'binary_data': true"
+        ) from None
+
+
+def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> tuple[bytes, int | None]:
+    """-> (body, JSON header length when binary outputs follow the header, else None)."""
+    outputs: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for name, array in response.outputs.items():
+        wire = dtypes.numpy_to_wire(array.dtype)
+        entry: dict[str, Any] = {"name": name, "datatype": wire, "shape": [int(d) for d in array.shape]}
+        if decoded.binary(name):
+            raw = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(name, wire, array)
+        outputs.append(entry)
+    header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        header["id"] = response.id
+    if response.parameters:
+        header["parameters"] = dict(response.parameters)
+    header["outputs"] = outputs
+    head = dumps(header)
+    if not chunks:
+        return head, None
+    return b"".join([head, *chunks]), len(head)
+
+
+# ---- metadata, config, statistics, repository ------------------------------------------------------
+
+
+def model_metadata(sig: ModelSignature, config: mc.ModelConfig, versions: Iterable[int]) -> dict[str, Any]:
+    def tensors(specs: Iterable[Any]) -> list[dict[str, Any]]:
+        return [{"name": s.name, "datatype": s.wire_type, "shape": sig.full_dims(s)} for s in specs]
+
+    return {
+        "name": config.name,
+        "versions": [str(v) for v in versions],
+        "platform": config.platform or config.backend,
+        "inputs": tensors(sig.inputs.values()),
+        "outputs": tensors(sig.outputs.values()),
+    }
+
+
+def _int64_as_numbers(value: dict[str, Any], descriptor: pbd.Descriptor) -> None:
+    """In place: protobuf's JSON writes 64-bit integers as strings; Triton's config JSON writes numbers."""
+    for key, item in value.items():
+        fd = descriptor.fields_by_name.get(key)
+        if fd is None:
+            continue
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            inner = fd.message_type.fields_by_name["value"].message_type
+            if inner is not None:
+                for entry in item.values():
+                    _int64_as_numbers(entry, inner)
+        elif fd.message_type is not None:
+            for entry in item if isinstance(item, list) else [item]:
+                _int64_as_numbers(entry, fd.message_type)
+        elif fd.cpp_type in _INT64:
+            value[key] = [int(v) for v in item] if isinstance(item, list) else int(item)
+
+
+def model_config_json(config: mc.ModelConfig) -> dict[str, Any]:
+    """The config as Triton's HTTP API gives it: proto field names, defaults printed, int64 as numbers."""
+    raw = json_format.MessageToDict(config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    _int64_as_numbers(raw, mc.ModelConfig.DESCRIPTOR)
+    return raw
+
+
+def _durations(source: object, names: Iterable[str]) -> dict[str, dict[str, int]]:
+    """{name: {count, ns}} for the Duration fields `names` of `source` (zeros where it has none)."""
+    durations: dict[str, Duration] = {n: getattr(source, n, Duration()) for n in names}
+    return {n: {"count": d.count, "ns": d.ns} for n, d in durations.items()}
+
+
+def model_statistics(versions: Iterable[tuple[str, int, ModelStats]]) -> dict[str, Any]:
+    """Triton's statistics JSON for (model, version, stats) triples."""
+    return {
+        "model_stats": [
+            {
+                "name": name,
+                "version": str(version),
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.inference_count,
+                "execution_count": s.execution_count,
+                "inference_stats": _durations(s, _INFER_STATS) | _durations(None, _NO_CACHE_STATS),
+                "batch_stats": [
+                    {"batch_size": size, **_durations(b, _BATCH_STATS)} for size, b in sorted(s.batches.items())
+                ],
+                "memory_usage": [],
+            }
+            for name, version, s in versions
+        ]
+    }
+
+
+def repository_index(entries: Iterable[IndexEntry]) -> list[dict[str, str]]:
+    """Triton's index: `name` always; `version`, `state`, `reason` where known."""
+    fields = ("name", "version", "state", "reason")
+    return [{k: getattr(e, k) for k in fields if k == "name" or getattr(e, k)} for e in entries]
+
+
+def index_ready_only(body: bytes) -> bool:
+    ready = parse_json(body, "the repository index request").get("ready", False)
+    if not isinstance(ready, bool):
+        raise invalid("'ready' of the repository index request must be a boolean")
+    return ready
+
+
+def load_config_override(body: bytes, model: str) -> str | None:
+    """The `parameters.config` JSON model config of a load request, as config.pbtxt text (None if absent)."""
+    request = parse_json(body, f"the load request for '{model}'")
+    params = request.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise invalid(f"'parameters' of the load request for '{model}' must be a JSON object")
+    if any(key.startswith("file:") for key in params):
+        raise InferenceError(
+            ErrorCode.UNIMPLEMENTED,
+            f"load request for '{model}': model files in the request ('file:' parameters) are not supported",
+        )
+    raw = params.get("config")
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str):
+        raise invalid(f"load request for '{model}': 'config' must be a JSON model config in a string")
+    config = mc.ModelConfig()
+    try:
+        json_format.Parse(raw, config)
+    except json_format.ParseError as exc:
+        raise invalid(f"load request for '{model}': 'config' is not a valid JSON model config: {exc}") from None
+    return text_format.MessageToString(config)

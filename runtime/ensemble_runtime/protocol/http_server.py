@@ -1,0 +1,173 @@
+"""The KServe v2 / Triton HTTP REST transport on aiohttp: parse, call the data plane, encode. Nothing else.
+
+Bodies are handled by `http_codec`; statuses come from `status_codes`. Errors are `{"error": "<message>"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.protocol import http_codec as codec
+from ensemble_runtime.protocol import status_codes
+
+log = logging.getLogger(__name__)
+
+_MODEL = "/v2/models/{model}"
+_VERSION = "/v2/models/{model}/versions/{version}"
+
+
+def _json(obj: object, status: int = status_codes.HTTP_OK) -> web.Response:
+    return web.Response(body=codec.dumps(obj), status=status, content_type=codec.JSON_CONTENT)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(body=codec.error_body(message), status=status, content_type=codec.JSON_CONTENT)
+
+
+def _status(ok: bool) -> web.Response:
+    """Health and readiness: an empty 200, or an empty 400 as Triton answers."""
+    return web.Response(status=status_codes.HTTP_OK if ok else status_codes.HTTP_BAD_REQUEST)
+
+
+def _error_middleware(max_body_bytes: int) -> Middleware:
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except InferenceError as exc:
+            return _error(status_codes.http_status(exc.code), exc.message)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(
+                status_codes.HTTP_PAYLOAD_TOO_LARGE,
+                f"request body exceeds the limit of {max_body_bytes} bytes",
+            )
+        except web.HTTPException as exc:
+            if exc.status < status_codes.HTTP_BAD_REQUEST:
+                raise
+            return _error(exc.status, exc.reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in HTTP handler for %s %s", request.method, request.path)
+            return _error(status_codes.HTTP_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    return errors
+
+
+class _Routes:
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dp = dataplane
+
+    # ---- health and metadata ----------------------------------------------------------------------
+    async def live(self, request: web.Request) -> web.Response:
+        return _status(self._dp.live())
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return _status(self._dp.ready())
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        name, version, extensions = self._dp.server_metadata()
+        return _json({"name": name, "version": version, "extensions": list(extensions)})
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        model, version = _target(request)
+        return _status(self._dp.model_ready(model, version))
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        model, version = _target(request)
+        lv = self._dp.model_version(model, version)
+        served = self._dp.registry.records[model].served
+        return _json(codec.model_metadata(self._dp.signature(lv), lv.config, served))
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        model, version = _target(request)
+        return _json(codec.model_config_json(self._dp.model_config(model, version)))
+
+    async def statistics(self, request: web.Request) -> web.Response:
+        model, version = request.match_info.get("model", ""), request.match_info.get("version", "")
+        versions = self._dp.statistics(model, version)
+        return _json(codec.model_statistics((lv.model, lv.version, lv.stats) for lv in versions))
+
+    async def ensemble_versions(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        return _json({"ensemble": model, "versions": self._dp.served_versions(model)})
+
+    # ---- inference ----------------------------------------------------------------------------------
+    async def infer(self, request: web.Request) -> web.Response:
+        model, version = _target(request)
+        body = await request.read()
+        decoded = codec.decode_infer_request(body, request.headers.get(codec.HEADER_LENGTH), model, version)
+        response = await self._dp.infer(decoded.request, decoded.declared)
+        payload, header_length = codec.encode_infer_response(response, decoded)
+        if header_length is None:
+            out = web.Response(body=payload, content_type=codec.JSON_CONTENT)
+        else:
+            out = web.Response(
+                body=payload,
+                content_type=codec.BINARY_CONTENT,
+                headers={codec.HEADER_LENGTH: str(header_length)},
+            )
+        if request.headers.get("Accept-Encoding"):
+            out.enable_compression()
+        return out
+
+    # ---- repository ---------------------------------------------------------------------------------
+    async def repository_index(self, request: web.Request) -> web.Response:
+        ready_only = codec.index_ready_only(await request.read())
+        return _json(codec.repository_index(self._dp.repository_index(ready_only)))
+
+    async def load(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        override = codec.load_config_override(await request.read(), model)
+        await self._dp.load(model, override)
+        return web.Response(status=status_codes.HTTP_OK)
+
+    async def unload(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        codec.parse_json(await request.read(), f"the unload request for '{model}'")
+        await self._dp.unload(model)
+        return web.Response(status=status_codes.HTTP_OK)
+
+
+def _target(request: web.Request) -> tuple[str, str]:
+    return request.match_info["model"], request.match_info.get("version", "")
+
+
+def build_http_app(dataplane: DataPlane, max_body_bytes: int) -> web.Application:
+    """The v2 REST API over `dataplane`; bodies over `max_body_bytes` get a JSON 413."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_error_middleware(max_body_bytes)])
+    r = _Routes(dataplane)
+    app.router.add_get("/v2/health/live", r.live)
+    app.router.add_get("/v2/health/ready", r.ready)
+    app.router.add_get("/v2", r.server_metadata)
+    app.router.add_get("/v2/models/stats", r.statistics)
+    for base in (_MODEL, _VERSION):
+        app.router.add_get(base, r.model_metadata)
+        app.router.add_get(f"{base}/ready", r.model_ready)
+        app.router.add_get(f"{base}/config", r.model_config)
+        app.router.add_get(f"{base}/stats", r.statistics)
+        app.router.add_post(f"{base}/infer", r.infer)
+    app.router.add_post("/v2/repository/index", r.repository_index)
+    app.router.add_post("/v2/repository/models/{model}/load", r.load)
+    app.router.add_post("/v2/repository/models/{model}/unload", r.unload)
+    app.router.add_get("/v2/ensembles/{model}/versions", r.ensemble_versions)
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int, access_log: bool = False) -> web.AppRunner:
+    """Serve `app` on host:port (port 0: a free one, see `runner.addresses`); `runner.cleanup()` stops it."""
+    runner = web.AppRunner(app, access_log=log if access_log else None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
