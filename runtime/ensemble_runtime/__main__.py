@@ -18,7 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    asyncio.run(serve(settings))
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.run(serve(settings))
+    else:
+        asyncio.run(serve(settings))
     return 0
 
 

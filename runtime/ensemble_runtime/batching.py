@@ -116,7 +116,8 @@ class Scheduler:
             self._waiting -= 1
         instance = self._idle.pop()
         try:
-            item = _Pending(request, 1, enqueued, asyncio.get_running_loop().create_future())
+            batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
+            item = _Pending(request, batch, enqueued, asyncio.get_running_loop().create_future())
             await self._run(instance, [item])
             return item.future.result()
         finally:

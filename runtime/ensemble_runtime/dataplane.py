@@ -18,7 +18,7 @@ from ensemble_runtime.registry import LoadedVersion, Registry
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
-EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data")
+EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data")
 
 
 @dataclass

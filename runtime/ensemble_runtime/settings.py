@@ -37,6 +37,7 @@ class RuntimeSettings(BaseModel):
     http_max_body_bytes: int = 256 * 1024 * 1024
     model_cache_dir: Path | None = None
     log_verbose: int = 0
+    event_loop: str = "uvloop"
 
 
 def _bool(text: str) -> bool:
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024)
     p.add_argument("--model-cache-dir", type=Path, default=None)
     p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
+                   help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p
 
 
