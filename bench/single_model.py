@@ -19,9 +19,10 @@ import onnxruntime as ort
 import tritonclient.grpc.aio as grpcaio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import closed_loop, summarize, write_json  # noqa: E402
-from ensemble_examples import onnx_models  # noqa: E402
-from tests.support.runtime_process import RuntimeProcess  # noqa: E402
+from ensemble_examples import onnx_models
+
+from bench.common import closed_loop, summarize, write_json
+from tests.support.runtime_process import RuntimeProcess
 
 CONFIG = """
 name: "add_sub"
