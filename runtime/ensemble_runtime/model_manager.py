@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller
-from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import (
     ConfigError,
     apply_defaults,
@@ -24,9 +22,11 @@ from ensemble_runtime.config.model_config import (
 )
 from ensemble_runtime.ensemble.graph import EnsembleGraph, build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found, unavailable
+from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
 from ensemble_runtime.repository.local import ModelLocation, scan_roots
 from ensemble_runtime.repository.policy import select_versions
+from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,15 @@ def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[str, Load
     return chosen
 
 
+BeforeLoad = Callable[[Collection[str]], Awaitable[None]]
+
+
 @dataclass
 class ModelManager:
     roots: Sequence[Path]
-    backends: Mapping[str, Backend]
     registry: Registry
-    caller: ModelCaller
-    cache_dir: Path | None = None
+    loader: VersionLoader
+    before_load: BeforeLoad | None = None  # e.g. sync those models from S3 into the local cache
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _locations: dict[str, ModelLocation] = field(default_factory=dict)
 
@@ -141,8 +143,14 @@ class ModelManager:
     async def load(self, names: Iterable[str], overrides: Mapping[str, str] | None = None) -> None:
         """Load (or re-sync) models and, for ensembles, their steps; switch all of them at once."""
         async with self._lock:
+            names = list(names)
+            if self.before_load is not None:
+                await self.before_load(names)
             self.scan()
-            wanted = self._with_steps(list(names), overrides or {})
+            wanted = self._with_steps(names, overrides or {})
+            if self.before_load is not None and set(wanted) - set(names):
+                await self.before_load(wanted)  # the ensemble's steps too
+                self.scan()
             plans: list[_Plan] = []
             errors: list[str] = []
             for name in wanted:
@@ -208,7 +216,7 @@ class ModelManager:
         rec.reason = ""
         if is_ensemble(config):
             return self._prepare_ensemble(rec, location, config)
-        backend = self.backends.get(backend_of(config))
+        backend = self.loader.backends.get(backend_of(config))
         if backend is None:
             raise ConfigError(f"model '{name}': backend '{backend_of(config)}' is not available in this runtime")
         selection = select_versions(config.version_policy, location.versions)
@@ -225,7 +233,19 @@ class ModelManager:
             if current is not None and current.state == VersionState.READY and current.fingerprint == fingerprint:
                 ready.append(version)
                 continue
-            lv = await self._load_version(name, config, version, path, location.path, backend)
+            reason = self.loader.over_budget(path, self.registry.loaded_versions())
+            if reason and self.loader.budget.policy == MemoryPolicy.DRAIN_THEN_SWAP and rec.served:
+                # not zero-downtime: the model stops serving while its old versions drain and unload
+                log.warning("model '%s' version %d: %s; draining the old version(s) first", name, version, reason)
+                self.registry.retire(self.registry.commit({name: ()}))
+                await self.registry.wait_retired()
+                reason = self.loader.over_budget(path, self.registry.loaded_versions())
+            if reason:
+                lv = LoadedVersion(model=name, version=version, config=config, scheduler=None,
+                                   state=VersionState.UNAVAILABLE, reason=reason)
+                log.error("not loading model '%s' version %d: %s", name, version, reason)
+            else:
+                lv = await self.loader.load(name, config, version, path, location.path, backend)
             lv.fingerprint = fingerprint
             plan.new.append(lv)
             if lv.state == VersionState.UNAVAILABLE:
@@ -266,36 +286,6 @@ class ModelManager:
         rec.config = config
         rec.ensemble = EnsembleState(graph=graph)
         return _Plan(record=rec, served=(version,))
-
-    async def _load_version(
-        self, name: str, config: mc.ModelConfig, version: int, path: Path, model_path: Path, backend: Backend
-    ) -> LoadedVersion:
-        lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
-        try:
-            prepared = backend.prepare_config(config, path)
-            lv.config = prepared
-            instances = await backend.load(
-                LoadContext(
-                    config=prepared,
-                    version=version,
-                    version_path=path,
-                    model_path=model_path,
-                    caller=self.caller,
-                    cache_dir=self.cache_dir,
-                )
-            )
-        except (ConfigError, InferenceError) as exc:
-            lv.state, lv.reason = VersionState.UNAVAILABLE, str(exc)
-        except Exception as exc:  # user code (e.g. a Python model's initialize) can raise anything
-            lv.state, lv.reason = VersionState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
-        else:
-            scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
-            scheduler.start()
-            lv.scheduler = scheduler
-            log.info("loaded model '%s' version %d", name, version)
-        if lv.state == VersionState.UNAVAILABLE:
-            log.error("failed to load model '%s' version %d: %s", name, version, lv.reason)
-        return lv
 
     def _commit(self, plans: list[_Plan]) -> None:
         rejected: list[LoadedVersion] = []
@@ -353,8 +343,7 @@ class ModelManager:
             selection = select_versions(config.version_policy, location.versions)
             fingerprints = {v: _fingerprint(config, location.versions[v]) for v in selection.selected}
             served = {v: rec.versions[v].fingerprint for v in rec.served if v in rec.versions}
-            attempted = {v: lv.fingerprint for v, lv in rec.versions.items()}
-            if (fingerprints != served and any(attempted.get(v) != f for v, f in fingerprints.items())) or set(served) - set(fingerprints):
+            if fingerprints != served:  # new, changed or removed versions; failed ones are retried
                 changed.append(name)
         return changed
 

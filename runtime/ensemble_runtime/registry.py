@@ -38,6 +38,7 @@ class LoadedVersion:
     state: VersionState = VersionState.LOADING
     reason: str = ""
     fingerprint: str = ""
+    memory_bytes: int = 0
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -190,6 +191,13 @@ class Registry:
         if rec is not None and rec.versions.get(lv.version) is lv:
             del rec.versions[lv.version]
         log.info("unloaded model '%s' version %d", lv.model, lv.version)
+
+    def loaded_versions(self) -> list[LoadedVersion]:
+        return [lv for rec in self.records.values() for lv in rec.versions.values() if lv.scheduler is not None]
+
+    def serving_pairs(self) -> set[tuple[str, int]]:
+        """(model, version) pairs loaded now, served or draining: storage must keep their files."""
+        return {(lv.model, lv.version) for lv in self.loaded_versions()}
 
     async def wait_retired(self) -> None:
         while self.retiring:

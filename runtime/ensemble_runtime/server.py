@@ -19,6 +19,7 @@ from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
@@ -26,6 +27,7 @@ from ensemble_runtime.protocol.http_server import build_http_app
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.settings import ControlMode, RuntimeSettings
+from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,9 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
         return await holder[0].infer(request)
 
     roots = [Path(r) for r in settings.model_repositories if "://" not in r]
-    manager = ModelManager(
-        roots=roots, backends=backends, registry=registry, caller=call_model, cache_dir=settings.model_cache_dir
-    )
+    budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
+    loader = VersionLoader(backends=backends, caller=call_model, cache_dir=settings.model_cache_dir, budget=budget)
+    manager = ModelManager(roots=roots, registry=registry, loader=loader)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness)
     holder.append(dataplane)
     return dataplane

@@ -37,6 +37,9 @@ class RuntimeSettings(BaseModel):
     http_max_body_bytes: int = 256 * 1024 * 1024
     model_cache_dir: Path | None = None
     log_verbose: int = 0
+    memory_budget_bytes: int = 0
+    memory_factor: float = 2.0
+    memory_policy: str = "refuse"
     event_loop: str = "uvloop"
 
 
@@ -78,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024)
     p.add_argument("--model-cache-dir", type=Path, default=None)
     p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--memory-budget-bytes", type=int, default=0,
+                   help="memory a new version may take next to the loaded ones (0: no budget)")
+    p.add_argument("--memory-factor", type=float, default=2.0,
+                   help="estimated bytes in memory per byte of model files")
+    p.add_argument("--memory-policy", choices=["refuse", "drain-then-swap"], default="refuse",
+                   help="when a new version does not fit: refuse it (old keeps serving) or unload the old first "
+                        "(not zero-downtime)")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p

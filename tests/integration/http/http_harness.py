@@ -16,6 +16,7 @@ from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.version_loader import VersionLoader
 from onnx import TensorProto, helper
 
 MAX_BODY_BYTES = 256 * 1024
@@ -149,7 +150,9 @@ class ServerThread:
             return await self.dataplane.infer(request)
 
         manager = ModelManager(
-            roots=[self.repo], backends={"onnxruntime": OnnxRuntimeBackend()}, registry=registry, caller=call
+            roots=[self.repo],
+            registry=registry,
+            loader=VersionLoader(backends={"onnxruntime": OnnxRuntimeBackend()}, caller=call),
         )
         self.dataplane = DataPlane(registry, manager)
         await manager.load(list(LOADED))

@@ -1,0 +1,81 @@
+"""Loading one model version: memory budget, backend load, scheduler, warm-up. Failure = UNAVAILABLE + reason."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller
+from ensemble_runtime.batching import BatchPolicy, Scheduler
+from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.memory import MemoryBudget, describe
+from ensemble_runtime.registry import LoadedVersion, VersionState
+from ensemble_runtime.warmup import warmup_requests
+
+log = logging.getLogger(__name__)
+
+DeviceFree = Callable[[], int | None]  # free accelerator memory in bytes, None without one
+
+
+@dataclass
+class VersionLoader:
+    backends: Mapping[str, Backend]
+    caller: ModelCaller
+    cache_dir: Path | None = None
+    budget: MemoryBudget = field(default_factory=MemoryBudget)
+    device_free: DeviceFree | None = None
+
+    def over_budget(self, path: Path, loaded: Iterable[LoadedVersion]) -> str:
+        """'' when a version at `path` fits next to what is loaded, else the reason it does not."""
+        if not self.budget.budget_bytes and self.device_free is None:
+            return ""
+        need = self.budget.estimate(path)
+        in_use = sum(lv.memory_bytes for lv in loaded if lv.scheduler is not None)
+        available = self.device_free() if self.device_free is not None else None
+        if self.budget.fits(need, in_use, available):
+            return ""
+        return f"memory budget: {describe(need, in_use, self.budget.budget_bytes, available)}"
+
+    async def load(
+        self, name: str, config: mc.ModelConfig, version: int, path: Path, model_path: Path, backend: Backend
+    ) -> LoadedVersion:
+        lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
+        lv.memory_bytes = self.budget.estimate(path)
+        scheduler: Scheduler | None = None
+        try:
+            prepared = backend.prepare_config(config, path)
+            lv.config = prepared
+            instances = await backend.load(
+                LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
+            )
+            scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
+            scheduler.start()
+            await self._warm_up(name, version, prepared, path, scheduler)
+        except (ConfigError, InferenceError) as exc:
+            lv.state, lv.reason = VersionState.UNAVAILABLE, str(exc)
+        except Exception as exc:  # user code (a Python model's initialize) can raise anything
+            lv.state, lv.reason = VersionState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+        else:
+            lv.scheduler = scheduler
+            log.info("loaded model '%s' version %d", name, version)
+            return lv
+        if scheduler is not None:
+            await scheduler.close()
+        log.error("failed to load model '%s' version %d: %s", name, version, lv.reason)
+        return lv
+
+    async def _warm_up(self, name: str, version: int, config: mc.ModelConfig, path: Path, scheduler: Scheduler) -> None:
+        requests = warmup_requests(config, path)
+        for request in requests:
+            try:
+                await scheduler.submit(request)
+            except Exception as exc:
+                message = exc.message if isinstance(exc, InferenceError) else f"{type(exc).__name__}: {exc}"
+                raise ConfigError(f"warm-up request '{request.request_id}' failed: {message}") from None
+        if requests:
+            log.info("warmed up model '%s' version %d with %d request(s)", name, version, len(requests))
