@@ -47,7 +47,7 @@ def test_warmup_data_file(tmp_path: Path) -> None:
     assert request.inputs["x"].tolist() == [0, 1, 2, 3]
     missing = config('name: "m" backend: "python" model_warmup [ { name: "f" inputs { key: "x" value: '
                      '{ data_type: TYPE_INT32 dims: [ 4 ] input_data_file: "nope.bin" } } } ]')
-    with pytest.raises(ConfigError, match="warmup sample 'f' file .*nope.bin not found"):
+    with pytest.raises(ConfigError, match=r"warmup sample 'f' file .*nope\.bin not found"):
         warmup_requests(missing, tmp_path / "1")
 
 
