@@ -25,7 +25,7 @@ typecheck: setup
 	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py
 
 tools: setup
-	bash tools/build-tools.sh all
+	@if [ -f tools/build-tools.sh ]; then bash tools/build-tools.sh all; else echo "no tools to build"; fi
 
 unit: setup
 	$(BIN)/pytest tests/unit -q
