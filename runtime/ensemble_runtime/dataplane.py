@@ -14,7 +14,7 @@ from ensemble_runtime.ensemble.executor import run_ensemble
 from ensemble_runtime.errors import InferenceError, internal, not_found, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
-from ensemble_runtime.registry import LoadedVersion, Registry
+from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
@@ -66,11 +66,16 @@ class DataPlane:
         return default.config if default is not None else rec.config
 
     def served_versions(self, name: str) -> dict[str, int]:
-        """The version set an ensemble serves now (step model -> version)."""
+        """The version set an ensemble serves now: step model -> version ('model#step' where a model
+        serves two steps at different versions)."""
         rec = self.registry.records.get(name)
         if rec is None or rec.ensemble is None:
             raise not_found(f"'{name}' is not a loaded ensemble")
-        return {model: lv.version for model, lv in sorted(rec.ensemble.steps.items())}
+        out: dict[str, int] = {}
+        for index, lv in sorted(rec.ensemble.steps.items()):
+            key = lv.model if out.get(lv.model, lv.version) == lv.version else f"{lv.model}#{index}"
+            out[key] = lv.version
+        return out
 
     def statistics(self, name: str = "", version: str = "") -> list[LoadedVersion]:
         if name:
@@ -163,7 +168,7 @@ class DataPlane:
         Registry.acquire(lv)
 
         async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
-            step_lv = steps[step.model_name]
+            step_lv = steps[step.index]
             scheduler = step_lv.scheduler
             if scheduler is None:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
@@ -184,5 +189,4 @@ class DataPlane:
             for step_lv in steps.values():
                 Registry.release(step_lv)
             Registry.release(lv)
-        versions = ",".join(f"{m}:{s.version}" for m, s in sorted(steps.items()))
-        return outputs, versions
+        return outputs, describe_set(steps)

@@ -37,7 +37,7 @@ class RuntimeCollector(Collector):
         }
         ready = GaugeMetricFamily("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
         served = GaugeMetricFamily(
-            "ensemble_served_version", "Version of each step model an ensemble serves now", labels=["ensemble", "model"]
+            "ensemble_served_version", "Version each step of an ensemble runs now", labels=["ensemble", "step", "model"]
         )
         failures = GaugeMetricFamily(
             "ensemble_model_load_failure", "1 when the latest load of a model version failed", labels=_LABELS
@@ -55,8 +55,8 @@ class RuntimeCollector(Collector):
                 ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
                 failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
             if rec.ensemble is not None:
-                for model, lv in sorted(rec.ensemble.steps.items()):
-                    served.add_metric([name, model], lv.version)
+                for index, lv in sorted(rec.ensemble.steps.items()):
+                    served.add_metric([name, str(index), lv.model], lv.version)
         yield from (success, failure, count, execs, *durations.values(), ready, served, failures)
 
 

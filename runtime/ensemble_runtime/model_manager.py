@@ -20,7 +20,7 @@ from ensemble_runtime.config.model_config import (
     parse_config_override,
     parse_config_text,
 )
-from ensemble_runtime.ensemble.graph import EnsembleGraph, build_graph
+from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found, unavailable
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
@@ -48,6 +48,10 @@ class _Plan:
     record: ModelRecord
     served: tuple[int, ...]
     new: list[LoadedVersion] = field(default_factory=list)
+    config: mc.ModelConfig | None = None  # the config the served versions will run with
+    failed: bool = False  # some selected version did not load
+    reverted: bool = False  # held on its old versions because a sibling step failed
+    ensemble: EnsembleState | None = None
 
 
 def _infer_platform(location: ModelLocation) -> mc.ModelConfig:
@@ -76,12 +80,11 @@ def _fingerprint(config: mc.ModelConfig, path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[str, LoadedVersion]:
-    """The version of every step model an ensemble serves now; raises naming the step that is not ready."""
+def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[int, LoadedVersion]:
+    """The version each step of an ensemble runs now; raises naming the step that is not ready."""
     assert rec.ensemble is not None
     graph = rec.ensemble.graph
-    assert isinstance(graph, EnsembleGraph)
-    chosen: dict[str, LoadedVersion] = {}
+    chosen: dict[int, LoadedVersion] = {}
     for step in graph.steps:
         step_rec = registry.records.get(step.model_name)
         if step_rec is None or not step_rec.served:
@@ -94,7 +97,7 @@ def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[str, Load
             raise unavailable(
                 f"ensemble '{rec.name}': step model '{step.model_name}' version {step.model_version} is not ready"
             )
-        chosen[step.model_name] = lv
+        chosen[step.index] = lv
     return chosen
 
 
@@ -151,19 +154,23 @@ class ModelManager:
             if self.before_load is not None and set(wanted) - set(names):
                 await self.before_load(wanted)  # the ensemble's steps too
                 self.scan()
-            plans: list[_Plan] = []
+            plans: dict[str, _Plan] = {}
             errors: list[str] = []
+            failed: set[str] = set()
             for name in wanted:
                 try:
-                    plans.append(await self._prepare(name, (overrides or {}).get(name)))
+                    plans[name] = await self._prepare(name, (overrides or {}).get(name), plans)
                 except (ConfigError, InferenceError) as exc:
                     message = str(exc)
                     rec = self.registry.record(name)
                     rec.reason = message
+                    failed.add(name)
                     log.error("failed to load '%s': %s", name, message)
                     errors.append(f"failed to load '{name}': {message}")
-            self._commit(plans)
-            for plan in plans:
+            failed |= {name for name, plan in plans.items() if plan.failed}
+            self._keep_old_sets(plans, failed)
+            self._commit(list(plans.values()))
+            for plan in plans.values():
                 if plan.record.reason:
                     errors.append(f"failed to load '{plan.record.name}': {plan.record.reason}")
                 if plan.record.ensemble is not None and plan.record.ensemble.reason:
@@ -206,7 +213,30 @@ class ModelManager:
         check_config(config, location.name)
         return config
 
-    async def _prepare(self, name: str, override: str | None) -> _Plan:
+    def _keep_old_sets(self, plans: Mapping[str, _Plan], failed: set[str]) -> None:
+        """All or nothing per ensemble: if any of its steps failed to roll, none of them switch."""
+        for plan in plans.values():
+            if plan.ensemble is None:
+                continue
+            group = {s.model_name for s in plan.ensemble.graph.steps} | {plan.record.name}
+            if not group & failed:
+                continue
+            for member in group:
+                other = plans.get(member)
+                if other is None or not other.record.served or (other.served == other.record.served and not other.new):
+                    continue
+                log.warning("ensemble '%s': not switching '%s' because %s failed to load",
+                            plan.record.name, member, ", ".join(sorted(group & failed)))
+                other.served = other.record.served
+                other.config = other.record.config
+                other.reverted = True
+                if not other.record.reason:
+                    other.record.reason = (
+                        f"new version(s) held back: ensemble '{plan.record.name}' also needs "
+                        f"{', '.join(sorted(group & failed))}, which failed to load"
+                    )
+
+    async def _prepare(self, name: str, override: str | None, pending: Mapping[str, _Plan]) -> _Plan:
         location = self._locations.get(name)
         if location is None:
             raise not_found(f"model '{name}' is not in any model repository")
@@ -215,7 +245,7 @@ class ModelManager:
         rec.explicitly_unloaded = False
         rec.reason = ""
         if is_ensemble(config):
-            return self._prepare_ensemble(rec, location, config)
+            return self._prepare_ensemble(rec, location, config, pending)
         backend = self.loader.backends.get(backend_of(config))
         if backend is None:
             raise ConfigError(f"model '{name}': backend '{backend_of(config)}' is not available in this runtime")
@@ -252,29 +282,36 @@ class ModelManager:
                 failures.append(f"version {version}: {lv.reason}")
             else:
                 ready.append(version)
+        plan.failed = bool(failures)
         if failures and rec.served:
             # A failed new version never takes traffic: keep serving what was served before.
             rec.reason = "; ".join(failures) + f" (still serving version(s) {list(rec.served)})"
             plan.served = rec.served
+            plan.config = rec.config
         else:
             rec.reason = "; ".join(failures)
             plan.served = tuple(ready)
-        if plan.served:
-            served_configs = [rec.versions.get(v) for v in plan.served]
             newest = next((lv for lv in reversed(plan.new) if lv.state != VersionState.UNAVAILABLE), None)
-            rec.config = newest.config if newest else (served_configs[-1].config if served_configs[-1] else config)
-        elif rec.config is None:
-            rec.config = config
+            if newest is not None:
+                plan.config = newest.config
+            elif plan.served and rec.versions.get(plan.served[-1]) is not None:
+                plan.config = rec.versions[plan.served[-1]].config
+            else:
+                plan.config = rec.config or config
         return plan
 
-    def _prepare_ensemble(self, rec: ModelRecord, location: ModelLocation, config: mc.ModelConfig) -> _Plan:
+    def _prepare_ensemble(
+        self, rec: ModelRecord, location: ModelLocation, config: mc.ModelConfig, pending: Mapping[str, _Plan]
+    ) -> _Plan:
         step_configs: dict[str, mc.ModelConfig] = {}
         available: dict[str, list[int]] = {}
         for step in config.ensemble_scheduling.step:
+            planned = pending.get(step.model_name)  # loaded in this same operation, not committed yet
             step_rec = self.registry.records.get(step.model_name)
-            if step_rec is not None and step_rec.config is not None:
-                step_configs[step.model_name] = step_rec.config
-                available[step.model_name] = list(step_rec.served)
+            step_config = planned.config if planned is not None else (step_rec.config if step_rec else None)
+            if step_config is not None:
+                step_configs[step.model_name] = step_config
+                available[step.model_name] = list(planned.served if planned is not None else step_rec.served if step_rec else ())
         graph = build_graph(config, step_configs, available)
         version = max(location.versions) if location.versions else ENSEMBLE_VERSION
         lv = rec.versions.get(version)
@@ -283,20 +320,21 @@ class ModelManager:
             rec.versions[version] = lv
         lv.config = config
         lv.state = VersionState.READY
-        rec.config = config
-        rec.ensemble = EnsembleState(graph=graph)
-        return _Plan(record=rec, served=(version,))
+        return _Plan(record=rec, served=(version,), config=config, ensemble=EnsembleState(graph=graph))
 
     def _commit(self, plans: list[_Plan]) -> None:
         rejected: list[LoadedVersion] = []
         for plan in plans:
+            if plan.config is not None:
+                plan.record.config = plan.config
+            if plan.ensemble is not None:
+                plan.record.ensemble = plan.ensemble
             for lv in plan.new:
-                if lv.version in plan.served:
+                if lv.version in plan.served and not plan.reverted:
                     plan.record.versions[lv.version] = lv
                 elif lv.state == VersionState.UNAVAILABLE:
                     # keep the failure visible unless a good version of that number is loaded
-                    existing = plan.record.versions.get(lv.version)
-                    if existing is None or existing.version not in plan.record.served:
+                    if lv.version not in plan.served:
                         plan.record.versions[lv.version] = lv
                 else:
                     rejected.append(lv)

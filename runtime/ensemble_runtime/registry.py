@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.batching import Scheduler
+from ensemble_runtime.ensemble import EnsembleGraph
 from ensemble_runtime.errors import not_found, unavailable
 from ensemble_runtime.stats import ModelStats
 
@@ -48,9 +49,17 @@ class LoadedVersion:
 
 @dataclass(eq=False)
 class EnsembleState:
-    graph: object  # ensemble.graph.EnsembleGraph (kept opaque here to keep layers one-way)
-    steps: dict[str, LoadedVersion] = field(default_factory=dict)  # the version set served, per step model
+    graph: EnsembleGraph
+    steps: dict[int, LoadedVersion] = field(default_factory=dict)  # the version set served, per step index
     reason: str = ""
+
+    def describe(self) -> str:
+        """'model:version,...' for the set served now (each model once per distinct version)."""
+        return describe_set(self.steps)
+
+
+def describe_set(steps: Mapping[int, LoadedVersion]) -> str:
+    return ",".join(sorted({f"{lv.model}:{lv.version}" for lv in steps.values()}))
 
 
 @dataclass(eq=False)
@@ -74,7 +83,7 @@ class ModelRecord:
 
 
 # Computes an ensemble's version set from the registry, or raises ConfigError/InferenceError with a reason.
-SetResolver = Callable[["Registry", ModelRecord], dict[str, LoadedVersion]]
+SetResolver = Callable[["Registry", ModelRecord], dict[int, LoadedVersion]]
 
 
 @dataclass
@@ -116,7 +125,7 @@ class Registry:
             raise unavailable(f"Request for unavailable model: ensemble '{name}' is not ready: {rec.ensemble.reason}")
         return found
 
-    def ensemble_set(self, name: str) -> dict[str, LoadedVersion]:
+    def ensemble_set(self, name: str) -> dict[int, LoadedVersion]:
         rec = self.records[name]
         assert rec.ensemble is not None
         return rec.ensemble.steps
@@ -161,8 +170,7 @@ class Registry:
                 rec.ensemble.steps = {}
                 continue
             if steps != rec.ensemble.steps:
-                described = ", ".join(f"{m}:{lv.version}" for m, lv in sorted(steps.items()))
-                log.info("ensemble '%s' now serves version set {%s}", rec.name, described)
+                log.info("ensemble '%s' now serves version set {%s}", rec.name, describe_set(steps))
             rec.ensemble.steps = steps
             rec.ensemble.reason = ""
 

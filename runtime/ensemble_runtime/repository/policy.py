@@ -27,9 +27,7 @@ def select_versions(policy: mc.ModelVersionPolicy, available: Iterable[int]) -> 
     if kind == "specific":
         wanted = sorted(set(policy.specific.versions))
         have = set(present)
-        return VersionSelection(
-            tuple(v for v in wanted if v in have), tuple(v for v in wanted if v not in have)
-        )
+        return VersionSelection(tuple(v for v in wanted if v in have), tuple(v for v in wanted if v not in have))
     count = policy.latest.num_versions if kind == "latest" and policy.latest.num_versions > 0 else 1
     return VersionSelection(tuple(present[-count:]) if present else (), ())
 

@@ -208,16 +208,6 @@ def test_broken_new_version_is_reported_and_never_served(rollover_server: tuple[
     assert broken and broken[0]["state"] == "UNAVAILABLE" and broken[0]["reason"], broken
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a load that fails for one step model still switches the others: model_manager.ModelManager.load "
-        "prepares each model on its own and _commit()s every successful plan, so step_a moves to version 2 "
-        "while step_b (whose version 2 is corrupt) stays on 1, and vc_ens serves the mixed set "
-        "{step_a:2, step_b:1}. When any step of an ensemble in the load fails, none of that ensemble's steps "
-        "should switch: keep the old consistent set {step_a:1, step_b:1} and retire step_a's new version"
-    ),
-)
 def test_broken_new_version_keeps_the_old_consistent_set(rollover_server: tuple[Path, RuntimeProcess]) -> None:
     outcomes, _, _ = broken_rollout(*rollover_server)
     check_consistent(outcomes)

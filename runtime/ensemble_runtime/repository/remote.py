@@ -1,0 +1,383 @@
+"""Pure logic of remote (S3) model repositories: URIs, listings, completeness, and the per-model sync plan.
+
+Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache and `sources.py`
+puts them together.
+
+Completeness rule (also in docs/s3.md). A version folder `<model>/<version>/` is *complete*, and may be
+materialised into the cache and loaded, when either
+
+1. it contains a marker object named `.complete` (`<model>/<version>/.complete`): complete at once, so
+   uploaders that write the marker last get their version picked up by the next sync; or
+2. its listing (every key below it with size and ETag) is identical in two consecutive syncs: a version
+   appears one poll after its upload finished. The first sync of a process has no previous listing, so it
+   lists twice, `settle_secs` apart (default 1 s).
+
+A version that is not complete is never downloaded. When a version already in the cache changes in S3, the
+cached copy is kept unchanged until the new listing is complete, then replaced as a whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ensemble_runtime.repository.policy import parse_version_dir, select_versions
+
+CONFIG_FILENAME = "config.pbtxt"
+COMPLETE_MARKER = ".complete"
+DEFAULT_REGION = "us-east-1"
+
+# s3://host:port/bucket/prefix (Triton), optionally with an explicit scheme: s3://https://host:port/...
+_ENDPOINT_FORM = re.compile(r"^(?:(?P<scheme>https?)://)?(?P<host>[A-Za-z0-9.\-]+):(?P<port>\d{1,5})/(?P<rest>.*)$")
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+class RemoteURIError(ValueError):
+    """An S3 URI this runtime cannot use; the message names the URI and the problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class S3Location:
+    bucket: str
+    prefix: str  # no leading or trailing '/'; "" for the bucket's root
+    endpoint_url: str | None = None  # from Triton's s3://host:port/... form
+
+    def key_prefix(self) -> str:
+        """The prefix as used in ListObjectsV2: "" or "a/b/"."""
+        return f"{self.prefix}/" if self.prefix else ""
+
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def child(self, name: str) -> S3Location:
+        prefix = f"{self.prefix}/{name}" if self.prefix else name
+        return S3Location(self.bucket, prefix, self.endpoint_url)
+
+
+def parse_s3_uri(uri: str) -> S3Location:
+    """`s3://bucket[/prefix]` or Triton's `s3://host:port/bucket[/prefix]` (endpoint http://host:port)."""
+    if not uri.startswith("s3://"):
+        raise RemoteURIError(f"{uri!r}: not an s3:// URI")
+    rest = uri[len("s3://") :]
+    endpoint: str | None = None
+    match = _ENDPOINT_FORM.match(rest)
+    if match:
+        port = int(match["port"])
+        if not 0 < port < 65536:
+            raise RemoteURIError(f"{uri!r}: port {port} out of range")
+        endpoint = f"{match['scheme'] or 'http'}://{match['host']}:{port}"
+        rest = match["rest"]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise RemoteURIError(f"{uri!r}: no bucket name")
+    if not _BUCKET_NAME.match(bucket):
+        raise RemoteURIError(f"{uri!r}: {bucket!r} is not a valid bucket name")
+    parts = [part for part in prefix.split("/") if part]
+    if any(part in {".", ".."} for part in parts):
+        raise RemoteURIError(f"{uri!r}: '.' and '..' are not allowed in the prefix")
+    return S3Location(bucket, "/".join(parts), endpoint)
+
+
+def choose_region(explicit: str | None, env: Mapping[str, str], session_region: str | None) -> str:
+    """An explicit value, else AWS_REGION, else AWS_DEFAULT_REGION / the profile's region, else us-east-1."""
+    for candidate in (explicit, env.get("AWS_REGION"), env.get("AWS_DEFAULT_REGION"), session_region):
+        if candidate:
+            return candidate
+    return DEFAULT_REGION
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectInfo:
+    key: str  # relative to the model directory (listing) or the repository (raw listing)
+    size: int
+    etag: str  # without quotes
+
+    @property
+    def multipart(self) -> bool:
+        return "-" in self.etag
+
+
+Manifest = tuple[ObjectInfo, ...]  # sorted by key; keys relative to the version folder
+
+
+@dataclass(frozen=True, slots=True)
+class VersionListing:
+    version: int
+    files: Manifest  # the objects to download (the marker excluded)
+    marked_complete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelListing:
+    name: str
+    config: ObjectInfo | None = None
+    versions: Mapping[int, VersionListing] = field(default_factory=dict)
+
+    def manifests(self) -> dict[int, Manifest]:
+        return {version: listing.files for version, listing in self.versions.items()}
+
+
+def strip_etag(etag: str) -> str:
+    return etag.strip().strip('"')
+
+
+def group_model(name: str, objects: Iterable[ObjectInfo]) -> ModelListing:
+    """One model's objects (keys relative to its folder) as config + version folders (Triton's rules).
+
+    Folder placeholder objects (keys ending in '/') and anything outside `config.pbtxt` and numeric
+    version folders are ignored, as Triton ignores them on a local disk.
+    """
+    config: ObjectInfo | None = None
+    files: dict[int, list[ObjectInfo]] = {}
+    marked: set[int] = set()
+    for item in objects:
+        if item.key.endswith("/") or not item.key:
+            continue
+        if item.key == CONFIG_FILENAME:
+            config = item
+            continue
+        head, sep, rest = item.key.partition("/")
+        version = parse_version_dir(head) if sep else None
+        if version is None or not rest:
+            continue
+        if rest == COMPLETE_MARKER:
+            marked.add(version)
+            files.setdefault(version, [])
+            continue
+        files.setdefault(version, []).append(ObjectInfo(rest, item.size, item.etag))
+    versions = {
+        version: VersionListing(version, tuple(sorted(items)), version in marked)
+        for version, items in sorted(files.items())
+        if items  # a marker alone is not a version
+    }
+    return ModelListing(name, config, versions)
+
+
+def split_repository(objects: Iterable[ObjectInfo]) -> dict[str, ModelListing]:
+    """A repository listing (keys relative to its prefix) grouped into models by first path component."""
+    per_model: dict[str, list[ObjectInfo]] = {}
+    for item in objects:
+        model, sep, rest = item.key.partition("/")
+        if not sep or not model or model.startswith("."):
+            continue  # objects at the repository's top level are not models
+        per_model.setdefault(model, []).append(ObjectInfo(rest, item.size, item.etag))
+    return {name: group_model(name, items) for name, items in sorted(per_model.items())}
+
+
+def complete_versions(current: ModelListing, previous: ModelListing | None) -> set[int]:
+    """The versions of `current` that are complete (see the module docstring)."""
+    before = previous.manifests() if previous is not None else {}
+    return {
+        version
+        for version, listing in current.versions.items()
+        if listing.marked_complete or before.get(version) == listing.files
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPlan:
+    download: tuple[int, ...] = ()  # complete, selected, and absent from the cache or different there
+    remove: tuple[int, ...] = ()  # cached but no longer in S3 or no longer selected, and not in use
+    kept_in_use: tuple[int, ...] = ()  # would be removed but are being served: removed by a later sync
+    pending: tuple[int, ...] = ()  # present in S3 but not complete yet (cached copies, if any, are kept)
+    selected: tuple[int, ...] = ()  # what the cache holds for this model once the plan has run
+    missing: tuple[int, ...] = ()  # asked for by a `specific` policy but not (completely) in S3
+    empty_version: bool = False  # ensemble without version folders: create `<model>/1/`
+
+
+def plan_versions(
+    listing: ModelListing,
+    complete: Collection[int],
+    cached: Mapping[int, Manifest | None],
+    policy: mc.ModelVersionPolicy,
+    in_use: Collection[int] = (),
+    ensemble: bool = False,
+) -> VersionPlan:
+    """Which versions to download and remove for one model.
+
+    `cached` maps each version folder in the cache to the manifest it was downloaded with (None when
+    unknown, e.g. left by an interrupted sync). Selection follows the version policy over the complete
+    versions plus the cached versions whose new upload is still pending (they stay served meanwhile).
+    """
+    present = set(listing.versions)
+    # What the cache already holds byte for byte (same keys, sizes and ETags) needs no second look.
+    complete = set(complete) | {v for v in present if cached.get(v) == listing.versions[v].files}
+    pending = sorted(present - complete)
+    available = complete | {v for v in pending if cached.get(v) is not None}
+    if ensemble and not present:
+        return _plan_empty_ensemble(cached, in_use)
+    selection = select_versions(policy, available)
+    selected = set(selection.selected)
+    download = sorted(v for v in selected if v in complete and cached.get(v) != listing.versions[v].files)
+    dropping = sorted(v for v in cached if v not in selected)
+    remove = tuple(v for v in dropping if v not in in_use)
+    kept = tuple(v for v in dropping if v in in_use)
+    return VersionPlan(
+        download=tuple(download),
+        remove=remove,
+        kept_in_use=kept,
+        pending=tuple(pending),
+        selected=tuple(sorted(selected)),
+        missing=selection.missing,
+    )
+
+
+def _plan_empty_ensemble(cached: Mapping[int, Manifest | None], in_use: Collection[int]) -> VersionPlan:
+    dropping = sorted(v for v in cached if v != 1)
+    return VersionPlan(
+        remove=tuple(v for v in dropping if v not in in_use),
+        kept_in_use=tuple(v for v in dropping if v in in_use),
+        selected=(1,),
+        empty_version=True,
+    )
+
+
+def plan_removed_model(cached: Collection[int], in_use: Collection[int]) -> VersionPlan:
+    """A model gone from the repository: every cached version goes, except those being served."""
+    ordered = sorted(cached)
+    return VersionPlan(
+        remove=tuple(v for v in ordered if v not in in_use),
+        kept_in_use=tuple(v for v in ordered if v in in_use),
+    )
+
+
+def in_use_by_model(in_use: Iterable[tuple[str, int]]) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for model, version in in_use:
+        out.setdefault(model, set()).add(version)
+    return out
+
+
+def describe_plan(plan: VersionPlan) -> str:
+    """A short log line: what a sync does to one model."""
+    parts = [
+        f"{label} {', '.join(map(str, values))}"
+        for label, values in (
+            ("download", plan.download),
+            ("remove", plan.remove),
+            ("kept in use", plan.kept_in_use),
+            ("pending", plan.pending),
+            ("missing", plan.missing),
+        )
+        if values
+    ]
+    return "; ".join(parts) or "up to date"
+
+
+# --- the operator's repository config (JSON) ----------------------------------------------------------
+
+
+class RepositoryConfigError(ValueError):
+    """The repository config file is not usable; the message names the field and the problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    source: str  # s3://... or an absolute local directory
+    config_pbtxt: str | None = None  # overrides the source's config.pbtxt
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleSpec:
+    name: str
+    config_pbtxt: str
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryConfig:
+    models: tuple[ModelSpec, ...] = ()
+    ensembles: tuple[EnsembleSpec, ...] = ()
+    endpoint_url: str | None = None
+    region: str | None = None
+
+    def names(self) -> set[str]:
+        return {spec.name for spec in self.models} | {spec.name for spec in self.ensembles}
+
+
+def valid_model_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".") and name == name.strip()
+
+
+def parse_repository_config(data: object) -> RepositoryConfig:
+    """The decoded JSON the operator writes:
+
+    {"models": [{"name", "source", "config_pbtxt"?}], "ensembles": [{"name", "config_pbtxt"}],
+     "s3": {"endpoint_url"?, "region"?}}
+    """
+    if not isinstance(data, dict):
+        raise RepositoryConfigError(f"expected a JSON object at the top level, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"models", "ensembles", "s3"})
+    if unknown:
+        raise RepositoryConfigError(f"unknown top-level field(s): {', '.join(unknown)}")
+    seen: set[str] = set()
+    models = tuple(
+        ModelSpec(
+            _name(entry, f"models[{i}]", seen),
+            _source(entry, f"models[{i}]"),
+            _optional_str(entry, "config_pbtxt", f"models[{i}]"),
+        )
+        for i, entry in enumerate(_entries(data, "models", {"name", "source", "config_pbtxt"}))
+    )
+    ensembles: list[EnsembleSpec] = []
+    for i, entry in enumerate(_entries(data, "ensembles", {"name", "config_pbtxt"})):
+        name = _name(entry, f"ensembles[{i}]", seen)
+        config = _optional_str(entry, "config_pbtxt", f"ensembles[{i}]")
+        if not config:
+            raise RepositoryConfigError(f"ensembles[{i}] ({name}): config_pbtxt is required")
+        ensembles.append(EnsembleSpec(name, config))
+    s3 = data.get("s3", {})
+    if not isinstance(s3, dict):
+        raise RepositoryConfigError("s3: expected an object")
+    return RepositoryConfig(
+        models, tuple(ensembles), _optional_str(s3, "endpoint_url", "s3"), _optional_str(s3, "region", "s3")
+    )
+
+
+def _entries(data: dict[str, object], field_name: str, allowed: set[str]) -> list[dict[str, object]]:
+    value = data.get(field_name, [])
+    if not isinstance(value, list):
+        raise RepositoryConfigError(f"{field_name}: expected a list")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise RepositoryConfigError(f"{field_name}[{i}]: expected an object")
+        extra = sorted(set(entry) - allowed)
+        if extra:
+            raise RepositoryConfigError(f"{field_name}[{i}]: unknown field(s): {', '.join(extra)}")
+    return value
+
+
+def _name(entry: dict[str, object], where: str, seen: set[str]) -> str:
+    name = entry.get("name")
+    if not isinstance(name, str) or not valid_model_name(name):
+        raise RepositoryConfigError(f"{where}.name: {name!r} is not a valid model name")
+    if name in seen:
+        raise RepositoryConfigError(f"{where}.name: '{name}' is declared twice")
+    seen.add(name)
+    return name
+
+
+def _source(entry: dict[str, object], where: str) -> str:
+    source = entry.get("source")
+    if not isinstance(source, str) or not source:
+        raise RepositoryConfigError(f"{where}.source: required (s3://bucket/prefix or an absolute directory)")
+    if source.startswith("s3://"):
+        try:
+            parse_s3_uri(source)
+        except RemoteURIError as exc:
+            raise RepositoryConfigError(f"{where}.source: {exc}") from None
+    elif "://" in source or not source.startswith("/"):
+        raise RepositoryConfigError(f"{where}.source: {source!r} is neither s3:// nor an absolute directory")
+    return source
+
+
+def _optional_str(entry: dict[str, object], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RepositoryConfigError(f"{where}.{key}: expected a string")
+    return value

@@ -1,0 +1,358 @@
+"""Remote model sources the server polls: each materialises models into a local cache root in Triton's layout,
+which the model manager then scans like any local repository.
+
+- `S3Source`: one S3 repository (`s3://bucket/prefix`, or Triton's `s3://host:port/bucket/prefix`).
+- `RepositoryConfigSource`: the operator's JSON file naming each model's own source (S3 prefix or local
+  directory), optional config overrides, and ensembles.
+
+Both expose `root` and `async sync(models=None, in_use=()) -> SyncReport`. `sync` never raises for storage
+errors: it reports them and leaves the cache as it was. Blocking work runs in threads. Completeness of
+versions still being uploaded: see `ensemble_runtime.repository.remote`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+
+from ensemble_runtime.config.model_config import ConfigError, parse_config_override
+from ensemble_runtime.repository.cache import (
+    ConfigText,
+    ModelCache,
+    ModelOutcome,
+    OriginError,
+    materialise_model,
+)
+from ensemble_runtime.repository.remote import (
+    ModelListing,
+    ObjectInfo,
+    RepositoryConfig,
+    RepositoryConfigError,
+    S3Location,
+    group_model,
+    in_use_by_model,
+    parse_repository_config,
+    parse_s3_uri,
+    split_repository,
+    valid_model_name,
+)
+from ensemble_runtime.repository.s3 import S3Settings, S3Storage, StorageError
+
+log = logging.getLogger(__name__)
+
+_FETCH_ERRORS: tuple[type[BaseException], ...] = (StorageError, OriginError)
+
+
+@dataclass(slots=True)
+class SyncReport:
+    changed: bool = False
+    models_changed: set[str] = field(default_factory=set)
+    errors: dict[str, str] = field(default_factory=dict)  # model or "model/version" -> reason
+    error: str = ""  # the listing (or the repository config) failed as a whole; "" otherwise
+    duration_s: float = 0.0
+
+    def add(self, name: str, outcome: ModelOutcome) -> None:
+        if outcome.changed:
+            self.models_changed.add(name)
+            self.changed = True
+        self.errors.update(outcome.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Origin:
+    storage: S3Storage
+    location: S3Location  # the model's folder
+
+    @property
+    def label(self) -> str:
+        return self.location.uri()
+
+    def read(self, item: ObjectInfo) -> bytes:
+        return self.storage.read(self.location, item)
+
+    def fetch(self, item: ObjectInfo, dest: Path) -> None:
+        self.storage.download(self.location, item, dest)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOrigin:
+    path: Path  # the model's directory
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    def read(self, item: ObjectInfo) -> bytes:
+        try:
+            return self.path.joinpath(item.key).read_bytes()
+        except OSError as exc:
+            raise OriginError(f"{self.path}/{item.key}: {exc}") from None
+
+    def fetch(self, item: ObjectInfo, dest: Path) -> None:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.path.joinpath(item.key), dest)
+        except OSError as exc:
+            raise OriginError(f"{self.path}/{item.key}: {exc}") from None
+
+
+def list_local(name: str, path: Path) -> ModelListing:
+    """A local model directory as a listing; its 'ETag' is size and mtime, so edits are picked up."""
+    if not path.is_dir():
+        raise OriginError(f"{path}: not a directory")
+    items: list[ObjectInfo] = []
+    for dirpath, _dirs, files in os.walk(path):
+        for filename in files:
+            full = Path(dirpath, filename)
+            stat = full.stat()
+            items.append(ObjectInfo(full.relative_to(path).as_posix(), stat.st_size, f"local-{stat.st_mtime_ns}"))
+    return group_model(name, items)
+
+
+async def _gather_models(
+    names: Collection[str], work: Callable[[str], ModelOutcome], report: SyncReport, concurrency: int
+) -> None:
+    """Run `work(name)` for each model in threads, at most `concurrency` at once; failures are per model."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(name: str) -> None:
+        async with gate:
+            try:
+                outcome = await asyncio.to_thread(work, name)
+            except Exception as exc:  # a bug or a local disk problem: reported for this model only
+                log.exception("syncing model %s failed", name)
+                outcome = ModelOutcome(errors={name: f"{type(exc).__name__}: {exc}"})
+            report.add(name, outcome)
+
+    await asyncio.gather(*(one(name) for name in sorted(names)))
+
+
+class S3Source:
+    """One S3 model repository, materialised into `root`."""
+
+    def __init__(
+        self,
+        uri: str,
+        cache_dir: Path,
+        settings: S3Settings | None = None,
+        *,
+        settle_secs: float = 1.0,
+        concurrency: int = 4,
+    ) -> None:
+        self.location = parse_s3_uri(uri)  # RemoteURIError: a configuration error, raised at startup
+        self.root = cache_dir
+        self._settings = settings or S3Settings()
+        self._settle_secs = settle_secs
+        self._concurrency = concurrency
+        self._cache = ModelCache(cache_dir)
+        self._storage: S3Storage | None = None
+        self._previous: dict[str, ModelListing] | None = None  # the last successful listing, per model
+
+    def _storage_now(self) -> S3Storage:
+        if self._storage is None:
+            self._cache.prepare()
+            self._storage = S3Storage(self._settings, self.location.endpoint_url)
+        return self._storage
+
+    def _list(self, models: Collection[str] | None) -> dict[str, ModelListing]:
+        storage = self._storage_now()
+        if models is None:
+            return split_repository(storage.list(self.location))
+        out: dict[str, ModelListing] = {}
+        for name in models:
+            listing = group_model(name, storage.list(self.location.child(name)))
+            if listing.config is not None or listing.versions:
+                out[name] = listing
+        return out
+
+    async def sync(self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()) -> SyncReport:
+        started = time.monotonic()
+        report = SyncReport()
+        wanted = None if models is None else {name for name in models if valid_model_name(name)}
+        for name in set(models or ()) - (wanted or set()):
+            report.errors[name] = f"'{name}' is not a valid model name"
+        try:
+            listings = await asyncio.to_thread(self._list, wanted)
+            previous = dict(self._previous or {})
+            if self._previous is None or (wanted is not None and any(n not in previous for n in listings)):
+                # No earlier listing to compare with: take one now, settle, and list again.
+                await asyncio.sleep(self._settle_secs)
+                previous = {**previous, **listings}
+                listings = await asyncio.to_thread(self._list, wanted)
+        except StorageError as exc:
+            report.error = str(exc)
+        except OSError as exc:  # the cache directory itself
+            report.error = f"cache {self.root}: {exc}"
+        if report.error:
+            log.warning("S3 sync of %s: %s", self.location.uri(), report.error)
+            report.duration_s = time.monotonic() - started
+            return report
+        scope = set(listings) | (self._cache.models() if wanted is None else wanted)
+        serving = in_use_by_model(in_use)
+        storage = self._storage_now()
+
+        def work(name: str) -> ModelOutcome:
+            origin = S3Origin(storage, self.location.child(name))
+            return materialise_model(
+                self._cache, name, origin, listings.get(name), previous.get(name),
+                serving.get(name, set()), fetch_errors=_FETCH_ERRORS,
+            )  # fmt: skip
+
+        await _gather_models(scope, work, report, self._concurrency)
+        current = dict(self._previous or {})
+        for name in scope:
+            current.pop(name, None)
+        current.update(listings)
+        self._previous = current
+        report.duration_s = time.monotonic() - started
+        return report
+
+
+class RepositoryConfigSource:
+    """Models named in the operator's JSON file, each from its own source, materialised into `root`."""
+
+    def __init__(
+        self,
+        config_path: Path,
+        cache_dir: Path,
+        settings: S3Settings | None = None,
+        *,
+        settle_secs: float = 1.0,
+        concurrency: int = 4,
+    ) -> None:
+        self.config_path = config_path
+        self.root = cache_dir
+        self._settings = settings or S3Settings()
+        self._settle_secs = settle_secs
+        self._concurrency = concurrency
+        self._cache = ModelCache(cache_dir)
+        self._storages: dict[tuple[str | None, str | None, str | None], S3Storage] = {}
+        self._previous: dict[str, ModelListing] = {}  # the last successful S3 listing, per model
+        self._prepared = False
+
+    def _read_config(self) -> RepositoryConfig:
+        try:
+            text = self.config_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RepositoryConfigError(f"{self.config_path}: cannot read: {exc.strerror or exc}") from None
+        try:
+            return parse_repository_config(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise RepositoryConfigError(f"{self.config_path}: malformed JSON: {exc}") from None
+        except RepositoryConfigError as exc:
+            raise RepositoryConfigError(f"{self.config_path}: {exc}") from None
+
+    def _storage_for(self, location: S3Location, spec: RepositoryConfig) -> S3Storage:
+        endpoint = location.endpoint_url or spec.endpoint_url or self._settings.endpoint_url
+        key = (endpoint, spec.region, self._settings.region)
+        if key not in self._storages:
+            settings = dataclasses.replace(self._settings, region=spec.region or self._settings.region)
+            self._storages[key] = S3Storage(settings, endpoint)
+        return self._storages[key]
+
+    def _list_s3(
+        self, spec: RepositoryConfig, names: Collection[str]
+    ) -> tuple[dict[str, ModelListing], dict[str, str]]:
+        listings: dict[str, ModelListing] = {}
+        errors: dict[str, str] = {}
+        for model in spec.models:
+            if model.name in names and model.source.startswith("s3://"):
+                location = parse_s3_uri(model.source)
+                try:
+                    listings[model.name] = group_model(model.name, self._storage_for(location, spec).list(location))
+                except (StorageError, ValueError) as exc:
+                    errors[model.name] = str(exc)
+        return listings, errors
+
+    async def sync(self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()) -> SyncReport:
+        started = time.monotonic()
+        report = SyncReport()
+        try:
+            spec = await asyncio.to_thread(self._read_config)
+        except RepositoryConfigError as exc:
+            report.error = str(exc)
+            log.warning("repository config: %s", report.error)
+            report.duration_s = time.monotonic() - started
+            return report
+        if not self._prepared:
+            await asyncio.to_thread(self._cache.prepare)
+            self._prepared = True
+        declared = spec.names()
+        scope = (declared | self._cache.models()) if models is None else set(models)
+        listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
+        previous = dict(self._previous)
+        if any(name not in previous for name in listings):
+            await asyncio.sleep(self._settle_secs)
+            previous.update({name: listing for name, listing in listings.items() if name not in previous})
+            listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
+        report.errors.update(list_errors)
+        s3_models = [m.name for m in spec.models if m.name in scope and m.source.startswith("s3://")]
+        if s3_models and all(name in list_errors for name in s3_models):
+            report.error = next(iter(list_errors.values()))
+        serving = in_use_by_model(in_use)
+
+        def work(name: str) -> ModelOutcome:
+            try:
+                return self._materialise(name, spec, listings, previous, serving.get(name, set()))
+            except (ConfigError, OriginError) as exc:  # a bad override, a missing local directory
+                return ModelOutcome(errors={name: str(exc)})
+
+        runnable = {name for name in scope if name not in list_errors and (name in declared or models is None)}
+        for name in set(scope) - runnable - set(list_errors):
+            report.errors[name] = f"model '{name}' is not in {self.config_path}"
+        await _gather_models(runnable, work, report, self._concurrency)
+        for name in scope:
+            if name not in list_errors:
+                self._previous.pop(name, None)
+        self._previous.update(listings)
+        report.duration_s = time.monotonic() - started
+        return report
+
+    def _materialise(
+        self,
+        name: str,
+        spec: RepositoryConfig,
+        listings: dict[str, ModelListing],
+        previous: dict[str, ModelListing],
+        in_use: Collection[int],
+    ) -> ModelOutcome:
+        nowhere = LocalOrigin(self.root / ".none")
+        ensemble = next((e for e in spec.ensembles if e.name == name), None)
+        if ensemble is not None:
+            config = _override(name, ensemble.config_pbtxt, self.config_path)
+            empty = ModelListing(name)
+            return materialise_model(self._cache, name, nowhere, empty, empty, in_use, config, _FETCH_ERRORS)
+        model = next((m for m in spec.models if m.name == name), None)
+        if model is None:  # dropped from the file: removed (unless in use)
+            return materialise_model(self._cache, name, nowhere, None, None, in_use)
+        override = None if model.config_pbtxt is None else _override(name, model.config_pbtxt, self.config_path)
+        origin: S3Origin | LocalOrigin
+        if model.source.startswith("s3://"):
+            location = parse_s3_uri(model.source)
+            origin = S3Origin(self._storage_for(location, spec), location)
+            listing, before = listings[name], previous.get(name)
+        else:
+            origin = LocalOrigin(Path(model.source))
+            listing = before = list_local(name, Path(model.source))  # local directories count as complete
+        return materialise_model(
+            self._cache, name, origin, listing, before, in_use, override, _FETCH_ERRORS, force_name=True
+        )
+
+
+def _override(name: str, text: str, source: Path) -> ConfigText:
+    """An override as config.pbtxt text with the name forced to the model's; raises ConfigError if bad."""
+    config = parse_config_override(text, f"{source}: {name}.config_pbtxt")
+    config.name = name
+    rendered = text_format.MessageToString(config)
+    return ConfigText(rendered, "override:" + hashlib.sha256(rendered.encode()).hexdigest()[:32])

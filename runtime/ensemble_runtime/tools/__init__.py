@@ -1,0 +1,1 @@
+"""Command-line tools shipped with the runtime (`ensemble-build-plan`)."""
