@@ -86,6 +86,7 @@ class TrtContext:
             raise ConfigError(f"model '{model}': TensorRT could not create an execution context on GPU {device} "
                               "(out of device memory?)")
         if not self._context.set_optimization_profile_async(profile, self._stream_handle):
+            cuda.destroy_stream(self._stream)
             raise ConfigError(f"model '{model}': cannot select optimization profile {profile} on GPU {device}")
         cuda.synchronize(self._stream)
         self._device = {t.name: DeviceBuffer(cuda) for t in tensors}
