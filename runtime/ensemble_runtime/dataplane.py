@@ -15,6 +15,7 @@ from ensemble_runtime.errors import InferenceError, internal, not_found, unavail
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.storage import Storage
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
@@ -26,6 +27,7 @@ class DataPlane:
     registry: Registry
     manager: ModelManager
     strict_readiness: bool = True
+    storage: Storage = field(default_factory=lambda: Storage([], Registry()))
     _signatures: dict[int, ModelSignature] = field(default_factory=dict)
     accepting: bool = True
     in_flight: int = 0
@@ -93,9 +95,29 @@ class DataPlane:
         ]
 
     # ---- repository ---------------------------------------------------------------------------
+    def storage_status(self) -> dict[str, object]:
+        """What the last syncs of remote repositories reported (for operators and probes)."""
+        return {
+            "sources": [
+                {"source": s.label, "error": s.error, "errors": s.errors, "last_success": s.last_success,
+                 "failures": s.failures}
+                for s in self.storage.status
+            ],
+            "reachable": all(not s.error for s in self.storage.status),
+        }
+
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         self.manager.scan()
-        return self.manager.index(ready_only)
+        entries = self.manager.index(ready_only)
+        if ready_only:
+            return entries
+        # versions that could not be fetched from storage never reached the loader: report them too
+        known = {(e.name, e.version) for e in entries}
+        for where, reason in sorted(self.storage.model_errors().items()):
+            name, _, version = where.partition("/")
+            if (name, version) not in known:
+                entries.append(IndexEntry(name, version, "UNAVAILABLE", f"storage: {reason}"))
+        return entries
 
     async def load(self, name: str, config_override: str | None = None) -> None:
         await self.manager.load([name], {name: config_override} if config_override else None)

@@ -9,13 +9,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.storage import Storage
 
 _LABELS = ["model", "version"]
 
 
 class RuntimeCollector(Collector):
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, storage: Storage | None = None) -> None:
         self._registry = registry
+        self._storage = storage
 
     def collect(self) -> Iterator[Metric]:
         success = CounterMetricFamily("nv_inference_request_success", "Number of successful inference requests", labels=_LABELS)
@@ -58,9 +60,24 @@ class RuntimeCollector(Collector):
                 for index, lv in sorted(rec.ensemble.steps.items()):
                     served.add_metric([name, str(index), lv.model], lv.version)
         yield from (success, failure, count, execs, *durations.values(), ready, served, failures)
+        if self._storage is not None:
+            yield from self._storage_metrics(self._storage)
+
+    @staticmethod
+    def _storage_metrics(storage: Storage) -> Iterator[Metric]:
+        reachable = GaugeMetricFamily("ensemble_repository_reachable", "1 when the last sync listed the source", labels=["source"])
+        failures = CounterMetricFamily("ensemble_repository_sync_failures", "Syncs whose listing failed", labels=["source"])
+        errors = GaugeMetricFamily("ensemble_repository_fetch_errors", "Models or versions the last sync could not fetch", labels=["source"])
+        last = GaugeMetricFamily("ensemble_repository_last_sync_timestamp_seconds", "Time of the last listing that worked", labels=["source"])
+        for status in storage.status:
+            reachable.add_metric([status.label], 0.0 if status.error else 1.0)
+            failures.add_metric([status.label], status.failures)
+            errors.add_metric([status.label], len(status.errors))
+            last.add_metric([status.label], status.last_success)
+        yield from (reachable, failures, errors, last)
 
 
-def build_metrics_registry(registry: Registry) -> CollectorRegistry:
+def build_metrics_registry(registry: Registry, storage: Storage | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry))
+    metrics.register(RuntimeCollector(registry, storage))
     return metrics

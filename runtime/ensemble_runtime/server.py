@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +19,11 @@ from aiohttp import web
 from ensemble_runtime.backends.base import Backend
 from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from ensemble_runtime.backends.python.backend import PythonBackend
+from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.gpu.memory import make_device_free
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
@@ -26,14 +31,30 @@ from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.repository.s3 import S3Settings
+from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source
 from ensemble_runtime.settings import ControlMode, RuntimeSettings
+from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
 
 
 def default_backends() -> dict[str, Backend]:
-    return {"onnxruntime": OnnxRuntimeBackend(), "python": PythonBackend()}
+    return {"onnxruntime": OnnxRuntimeBackend(), "python": PythonBackend(), "tensorrt": TensorRTBackend()}
+
+
+def build_sources(settings: RuntimeSettings, cache: Path) -> list[Source]:
+    """One cached source per s3:// repository, and one for the operator's repository config file."""
+    s3 = S3Settings(endpoint_url=settings.s3_endpoint_url, region=settings.s3_region)
+    sources: list[Source] = [
+        S3Source(uri, cache / f"s3-{index}", s3, settle_secs=settings.repository_settle_secs)
+        for index, uri in enumerate(r for r in settings.model_repositories if r.startswith("s3://"))
+    ]
+    if settings.repository_config is not None:
+        sources.append(RepositoryConfigSource(settings.repository_config, cache / "config", s3,
+                                              settle_secs=settings.repository_settle_secs))
+    return sources
 
 
 def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> DataPlane:
@@ -43,11 +64,20 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     async def call_model(request: InferRequest) -> InferResponse:  # BLS: in-process, no network hop
         return await holder[0].infer(request)
 
-    roots = [Path(r) for r in settings.model_repositories if "://" not in r]
+    cache = settings.model_cache_dir or Path(tempfile.mkdtemp(prefix="ensemble-runtime-cache-"))
+    storage = Storage(build_sources(settings, cache), registry)
+    roots = [Path(r) for r in settings.model_repositories if "://" not in r] + storage.roots
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
-    loader = VersionLoader(backends=backends, caller=call_model, cache_dir=settings.model_cache_dir, budget=budget)
-    manager = ModelManager(roots=roots, registry=registry, loader=loader)
-    dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness)
+    loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
+                           device_free=make_device_free(os.environ))
+
+    async def sync_before_load(names: Collection[str]) -> None:
+        await storage.sync(names)
+
+    manager = ModelManager(roots=roots, registry=registry, loader=loader,
+                           before_load=sync_before_load if storage.sources else None)
+    dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
+                          storage=storage)
     holder.append(dataplane)
     return dataplane
 
@@ -70,7 +100,7 @@ class Server:
         if s.allow_http:
             await self._serve_http(build_http_app(self.dataplane, s.http_max_body_bytes), s.http_address, s.http_port)
         if s.allow_metrics:
-            metrics = build_metrics_registry(self.dataplane.registry)
+            metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)
             await self._serve_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port)
         log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
@@ -89,6 +119,7 @@ class Server:
 
     async def _initial_load(self) -> None:
         manager = self.dataplane.manager
+        await self.dataplane.storage.sync()
         available = sorted(manager.scan())
         if self.settings.control_mode == ControlMode.EXPLICIT:
             wanted = available if "*" in self.settings.load_models else self.settings.load_models
@@ -111,6 +142,7 @@ class Server:
         while True:
             await asyncio.sleep(self.settings.poll_secs)
             try:
+                await self.dataplane.storage.sync()  # never raises for storage errors; keeps the cache
                 for name in manager.removed_models():
                     await manager.unload(name)
                 changed = manager.changed_models()

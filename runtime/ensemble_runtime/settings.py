@@ -41,6 +41,9 @@ class RuntimeSettings(BaseModel):
     memory_factor: float = 2.0
     memory_policy: str = "refuse"
     event_loop: str = "uvloop"
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    repository_settle_secs: float = 1.0
 
 
 def _bool(text: str) -> bool:
@@ -88,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-policy", choices=["refuse", "drain-then-swap"], default="refuse",
                    help="when a new version does not fit: refuse it (old keeps serving) or unload the old first "
                         "(not zero-downtime)")
+    p.add_argument("--s3-endpoint-url", default=None,
+                   help="S3 endpoint (default: AWS_ENDPOINT_URL, or the host:port in s3://host:port/bucket/prefix)")
+    p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION, else us-east-1)")
+    p.add_argument("--repository-settle-secs", type=float, default=1.0,
+                   help="at startup, a version without a .complete marker must list the same twice this far apart")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p

@@ -98,6 +98,9 @@ class _Routes:
         model = request.match_info["model"]
         return _json({"ensemble": model, "versions": self._dp.served_versions(model)})
 
+    async def storage_status(self, request: web.Request) -> web.Response:
+        return _json(self._dp.storage_status())
+
     # ---- inference ----------------------------------------------------------------------------------
     async def infer(self, request: web.Request) -> web.Response:
         model, version = _target(request)
@@ -157,6 +160,7 @@ def build_http_app(dataplane: DataPlane, max_body_bytes: int) -> web.Application
     app.router.add_post("/v2/repository/models/{model}/load", r.load)
     app.router.add_post("/v2/repository/models/{model}/unload", r.unload)
     app.router.add_get("/v2/ensembles/{model}/versions", r.ensemble_versions)
+    app.router.add_get("/v2/repository/status", r.storage_status)
     return app
 
 

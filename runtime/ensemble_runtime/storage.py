@@ -1,0 +1,77 @@
+"""The remote sources a server syncs into its local cache, and what the last syncs reported."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ensemble_runtime.registry import Registry
+from ensemble_runtime.repository.sources import SyncReport
+
+log = logging.getLogger(__name__)
+
+
+class Source(Protocol):
+    root: Path
+
+    async def sync(
+        self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()
+    ) -> SyncReport: ...
+
+
+@dataclass(slots=True)
+class SourceStatus:
+    label: str
+    error: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+    last_success: float = 0.0  # unix time of the last sync whose listing worked
+    failures: int = 0  # syncs whose listing failed, since start
+
+
+@dataclass
+class Storage:
+    """Syncs every source; keeps serving from the cache whatever a sync reports."""
+
+    sources: Sequence[Source]
+    registry: Registry
+    status: list[SourceStatus] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = [SourceStatus(label=str(getattr(s, "label", "") or s.root)) for s in self.sources]
+
+    @property
+    def roots(self) -> list[Path]:
+        return [s.root for s in self.sources]
+
+    async def sync(self, models: Collection[str] | None = None) -> bool:
+        """Sync all sources (or only `models`); True when anything changed in the cache."""
+        changed = False
+        in_use = self.registry.serving_pairs()
+        for source, status in zip(self.sources, self.status, strict=True):
+            report = await source.sync(models, in_use)
+            changed |= report.changed
+            if report.error:
+                status.error = report.error
+                status.failures += 1
+                log.error("repository sync: %s", report.error)
+            else:
+                status.error = ""
+                status.last_success = time.time()
+            if models is None:
+                status.errors = dict(report.errors)
+            else:
+                status.errors = {k: v for k, v in status.errors.items() if k.split("/")[0] not in models}
+                status.errors.update(report.errors)
+            for where, reason in report.errors.items():
+                log.error("repository sync: %s: %s", where, reason)
+        return changed
+
+    def model_errors(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for status in self.status:
+            out.update(status.errors)
+        return out
