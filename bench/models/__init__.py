@@ -1,0 +1,97 @@
+"""Model repositories for benchmarks that run against more than one server (ours and the real Triton).
+
+`build_chain_repository` writes python ensembles of `add_one` steps (FP32 [16], `max_batch_size: 0`, no
+dynamic batching, one instance per step). `build_text_repository` writes the `text_pipeline` example, with
+the ONNX `text_scorer` swapped for the equivalent python model (`text_scorer.py`, same weights) when asked:
+the Triton peer from the nvidia-pytriton wheel has only the python backend.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CHAIN_LENGTHS = (2, 4)
+TENSOR = "data_type: TYPE_FP32 dims: [ 16 ]"
+
+
+def chain_name(length: int) -> str:
+    return f"chain{length}"
+
+
+def step_name(index: int) -> str:
+    return f"add_one_{index}"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _add_one_config(name: str) -> str:
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        f'input [ {{ name: "X" {TENSOR} }} ]\noutput [ {{ name: "Y" {TENSOR} }} ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+    )
+
+
+def _chain_config(length: int) -> str:
+    tensors = ["IN", *[f"t{i}" for i in range(length - 1)], "OUT"]
+    steps = "\n".join(
+        f'    {{ model_name: "{step_name(i)}" model_version: -1 input_map {{ key: "X" value: "{tensors[i]}" }} '
+        f'output_map {{ key: "Y" value: "{tensors[i + 1]}" }} }}{"," if i < length - 1 else ""}'
+        for i in range(length)
+    )
+    return (
+        f'name: "{chain_name(length)}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+        f'input [ {{ name: "IN" {TENSOR} }} ]\noutput [ {{ name: "OUT" {TENSOR} }} ]\n'
+        f"ensemble_scheduling {{\n  step [\n{steps}\n  ]\n}}\n"
+    )
+
+
+def build_chain_repository(root: Path, lengths: Sequence[int] = CHAIN_LENGTHS) -> list[str]:
+    """`chain<N>`: IN -> add_one_0 -> ... -> add_one_<N-1> -> OUT (= IN + N). Returns the ensemble names."""
+    for index in range(max(lengths)):
+        name = step_name(index)
+        _write(root / name / "config.pbtxt", _add_one_config(name))
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HERE / "add_one.py", root / name / "1" / "model.py")
+    for length in lengths:
+        _write(root / chain_name(length) / "config.pbtxt", _chain_config(length))
+        (root / chain_name(length) / "1").mkdir(exist_ok=True)
+    return [chain_name(n) for n in lengths]
+
+
+def build_text_repository(root: Path, python_scorer: bool) -> list[str]:
+    """`text_pipeline` (tokenizer -> text_scorer -> threshold), with a python `text_scorer` if asked."""
+    from ensemble_examples.repository import build_repository
+
+    build_repository(root, only=["text_pipeline"])
+    if python_scorer:
+        _python_text_scorer(root / "text_scorer")
+    return ["text_pipeline"]
+
+
+def _python_text_scorer(model_dir: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    onnx_path = model_dir / "1" / "model.onnx"
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(onnx_path)).graph.initializer}
+    buffer = io.BytesIO()
+    np.savez(buffer, embedding=weights["embedding"], fc_w=weights["fc_w"], fc_b=weights["fc_b"])
+    (model_dir / "1" / "weights.npz").write_bytes(buffer.getvalue())
+    onnx_path.unlink()
+    shutil.copyfile(HERE / "text_scorer.py", model_dir / "1" / "model.py")
+    config_path = model_dir / "config.pbtxt"
+    config = config_path.read_text(encoding="utf-8")
+    platform = 'platform: "onnxruntime_onnx"'
+    if platform not in config:
+        raise ValueError(f"{config_path}: expected an ONNX text_scorer ({platform})")
+    config_path.write_text(config.replace(platform, 'backend: "python"'), encoding="utf-8")

@@ -1,0 +1,225 @@
+"""The real NVIDIA Triton Inference Server as a peer for benchmarks and compatibility tests.
+
+`tools/setup-triton.sh` installs it (from the nvidia-pytriton wheel: tritonserver 2.51 with the python
+backend only, CPU) into `${ENSEMBLE_TOOLS_CACHE:-$HOME/.cache/ensemble-operator/tools}/triton-<version>/`
+and writes `peer.env` there. `TritonPeer` starts it on a model repository, on free loopback ports, the way
+`tests.support.runtime_process.RuntimeProcess` starts ours, and has the same methods:
+
+    with TritonPeer([repository]) as peer:
+        peer.wait_ready()
+        client = peer.grpc_client()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.support.ports import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SETUP_SCRIPT = REPO_ROOT / "tools" / "setup-triton.sh"
+
+
+class TritonPeerNotInstalled(RuntimeError):
+    """The peer's install directory (or its `peer.env`) is missing: run tools/setup-triton.sh."""
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """What `tools/setup-triton.sh` wrote to `<install>/peer.env`."""
+
+    root: Path
+    pytriton_version: str
+    python_version: str
+    tritonserver: Path
+    backend_directory: Path
+    backends: tuple[str, ...]
+    ld_library_path: str
+    path_prepend: str
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The server's environment: the wheel's bundled libraries and the python the stub embeds, first.
+
+        The stub's embedded CPython finds its prefix (stdlib, site-packages with numpy) by searching PATH
+        for `python3`, hence the venv's bin directory first on PATH.
+        """
+        env = dict(os.environ if base is None else base)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (self.ld_library_path, env.get("LD_LIBRARY_PATH")) if p)
+        env["PATH"] = os.pathsep.join(p for p in (self.path_prepend, env.get("PATH")) if p)
+        env.pop("PYTHONHOME", None)
+        env.pop("PYTHONPATH", None)  # ours would shadow the stub's own triton_python_backend_utils
+        return env
+
+
+def install_dir() -> Path:
+    """Where tools/setup-triton.sh installs (or installed) the peer; `TRITON_PEER_DIR` overrides it."""
+    override = os.environ.get("TRITON_PEER_DIR")
+    if override:
+        return Path(override)
+    result = subprocess.run(["bash", str(SETUP_SCRIPT), "--print-dir"], capture_output=True, text=True, check=True)
+    return Path(result.stdout.strip())
+
+
+def find_install() -> TritonInstall | None:
+    """The installed peer, or None when tools/setup-triton.sh has not been run."""
+    root = install_dir()
+    env_file = root / "peer.env"
+    if not env_file.is_file():
+        return None
+    values: dict[str, str] = {}
+    for line in env_file.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    install = TritonInstall(
+        root=root,
+        pytriton_version=values["PYTRITON_VERSION"],
+        python_version=values["PYTHON_VERSION"],
+        tritonserver=Path(values["TRITONSERVER"]),
+        backend_directory=Path(values["BACKEND_DIRECTORY"]),
+        backends=tuple(values.get("BACKENDS", "").split()),
+        ld_library_path=values.get("LD_LIBRARY_PATH", ""),
+        path_prepend=values.get("PATH_PREPEND", ""),
+    )
+    return install if install.tritonserver.is_file() else None
+
+
+def require_install() -> TritonInstall:
+    install = find_install()
+    if install is None:
+        raise TritonPeerNotInstalled(
+            f"the real Triton peer is not installed in {install_dir()}; run tools/setup-triton.sh "
+            "(pip-installs nvidia-pytriton into a separate venv there, about a minute)"
+        )
+    return install
+
+
+def not_installed_reason() -> str | None:
+    """A skip reason when the peer is missing, else None (for `pytest.mark.skipif`)."""
+    try:
+        require_install()
+    except (TritonPeerNotInstalled, subprocess.CalledProcessError, OSError) as exc:
+        return str(exc)
+    return None
+
+
+class TritonPeer:
+    """Starts the real `tritonserver` on `repositories`; `wait_live` polls ServerLive with a deadline."""
+
+    def __init__(self, repositories: Sequence[Path | str], extra_args: Sequence[str] = (),
+                 install: TritonInstall | None = None) -> None:
+        self.install = install or require_install()
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.args = [
+            str(self.install.tritonserver),
+            *(f"--model-repository={r}" for r in repositories),
+            f"--backend-directory={self.install.backend_directory}",
+            f"--grpc-port={self.grpc_port}", f"--http-port={self.http_port}", f"--metrics-port={self.metrics_port}",
+            "--grpc-address=127.0.0.1", "--http-address=127.0.0.1", "--metrics-address=127.0.0.1",
+            "--allow-gpu-metrics=false", "--exit-timeout-secs=10",
+            *extra_args,
+        ]
+        self.env = self.install.environment()
+        self._log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log", delete=False)  # noqa: SIM115
+        self.log_path = Path(self._log.name)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def start(self, timeout: float = 120.0) -> TritonPeer:
+        # Own session: on a hard stop the python-backend stub processes go with the server's process group.
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        self.wait_live(timeout)
+        return self
+
+    def wait_live(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+                try:
+                    if client.is_server_live():
+                        return
+                except Exception:  # not listening yet
+                    pass
+                time.sleep(0.05)
+        finally:
+            client.close()
+        raise TimeoutError(f"tritonserver not live after {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def wait_model_ready(self, name: str, timeout: float = 120.0, version: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        with grpcclient.InferenceServerClient(self.grpc_url) as client:
+            while time.monotonic() < deadline:
+                if client.is_model_ready(name, version):
+                    return
+                time.sleep(0.05)
+        raise TimeoutError(f"model '{name}' not ready after {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        with grpcclient.InferenceServerClient(self.grpc_url) as client:
+            while time.monotonic() < deadline:
+                if client.is_server_ready():
+                    return
+                time.sleep(0.05)
+        raise TimeoutError(f"tritonserver not ready after {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def grpc_client(self) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(self.grpc_url)
+
+    def http_client(self) -> httpclient.InferenceServerClient:
+        return httpclient.InferenceServerClient(self.http_url)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # stubs left behind by a killed server
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> TritonPeer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
