@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,17 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import LoadContext, ModelInstance, instance_count
-from ensemble_runtime.backends.providers import choose_providers
+from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
 from ensemble_runtime.config import onnx_autocomplete
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import internal
+from ensemble_runtime.gpu.devices import GpuInventory
+from ensemble_runtime.gpu.nvml import detect_gpus
+from ensemble_runtime.gpu.placement import place_instances
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
+
+ProviderSpec = str | tuple[str, ProviderOptions]
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +32,14 @@ log = logging.getLogger(__name__)
 class OnnxInstance:
     """Executes on a shared session from its own thread; requests in a batch run as one merged call."""
 
-    def __init__(self, session: ort.InferenceSession, pool: ThreadPoolExecutor, name: str, batched: bool) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, pool: ThreadPoolExecutor, name: str, batched: bool, gpu: int | None = None
+    ) -> None:
         self._session = session
         self._pool = pool
         self._name = name
         self._batched = batched
+        self._gpu = gpu  # CUDA device of a GPU session: run with IO binding
         self._outputs = [o.name for o in session.get_outputs()]
 
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
@@ -51,6 +60,8 @@ class OnnxInstance:
     def _run(self, inputs: Any) -> dict[str, Tensor]:
         feeds = {name: _to_ort(array) for name, array in inputs.items()}
         try:
+            if self._gpu is not None and bindable(feeds):
+                return io_binding_run(self._session, feeds, self._outputs, "cuda", self._gpu)
             values = self._session.run(self._outputs, feeds)
         except Exception as exc:
             raise internal(f"onnxruntime failed running model '{self._name}': {exc}") from None
@@ -92,8 +103,16 @@ def _from_ort(value: Any) -> Tensor:
     return array
 
 
+InventorySource = Callable[[], GpuInventory]
+
+
 class OnnxRuntimeBackend:
+    """One session per device the instance groups place instances on; `count` threads per session."""
+
     name = "onnxruntime"
+
+    def __init__(self, inventory: InventorySource | None = None) -> None:
+        self._inventory = inventory or _detected_gpus()
 
     def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
         path = version_path / model_filename(config)
@@ -104,25 +123,60 @@ class OnnxRuntimeBackend:
     async def load(self, context: LoadContext) -> list[ModelInstance]:
         config = context.config
         path = context.version_path / model_filename(config)
-        count = instance_count(config)
-        providers = choose_providers(config, ort.get_available_providers(), context.cache_dir)
+        placement = place_instances(config, self._inventory(), backend=self.name, needs_gpu=False)
+        for note in placement.notes:
+            log.warning("%s", note)
+        batched = config.max_batch_size > 0
+        instances: list[ModelInstance] = []
+        for device in sorted({s.device_id for s in placement.slots}, key=lambda d: -1 if d is None else d):
+            slots = placement.on(device)
+            if device is None:
+                providers: list[ProviderSpec] = ["CPUExecutionProvider"]
+            else:
+                providers, note = gpu_provider_list(
+                    config, ort.get_available_providers(), device, context.cache_dir, context.version
+                )
+                if note:
+                    log.warning("%s", note)
+            session = await self._session(config, context.version, path, providers, len(slots))
+            on_gpu = device is not None and session.get_providers()[0] != "CPUExecutionProvider"
+            pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix=f"ort-{config.name}")
+            instances.extend(
+                OnnxInstance(session, pool, config.name, batched, device if on_gpu else None) for _ in slots
+            )
+        return instances
+
+    @staticmethod
+    async def _session(
+        config: mc.ModelConfig, version: int, path: Path, providers: list[ProviderSpec], count: int
+    ) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1 if count > 1 else 0
         options.log_severity_level = 3
         loop = asyncio.get_running_loop()
         try:
             session = await loop.run_in_executor(
-                None,
-                lambda: ort.InferenceSession(str(path), sess_options=options, providers=providers.providers),
+                None, lambda: ort.InferenceSession(str(path), sess_options=options, providers=providers)
             )
         except Exception as exc:
-            raise ConfigError(f"model '{config.name}' version {context.version}: onnxruntime cannot load {path.name}: {exc}") from None
+            raise ConfigError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
         _check_io(config, session)
-        if providers.note:
-            log.warning("model '%s' version %d: %s", config.name, context.version, providers.note)
-        pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"ort-{config.name}")
-        batched = config.max_batch_size > 0
-        return [OnnxInstance(session, pool, config.name, batched) for _ in range(count)]
+        return session
+
+
+def _detected_gpus() -> InventorySource:
+    """GPUs as NVML and the environment show them, looked up once, on the first load that asks."""
+    found: list[GpuInventory] = []
+
+    def inventory() -> GpuInventory:
+        if not found:
+            detected, nvml = detect_gpus(os.environ)
+            if nvml is not None:
+                nvml.close()
+            found.append(detected)
+        return found[0]
+
+    return inventory
 
 
 def _check_io(config: mc.ModelConfig, session: ort.InferenceSession) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from ensemble_examples import onnx_models
+from ensemble_runtime.backends.base import LoadContext
+from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from ensemble_runtime.backends.ort_gpu import (
     bindable,
     cuda_options,
@@ -16,8 +19,9 @@ from ensemble_runtime.backends.ort_gpu import (
     tensorrt_options,
     trt_cache_dir,
 )
-from ensemble_runtime.backends.providers import choose_providers
 from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.gpu.devices import GpuInventory
+from ensemble_runtime.inference import InferRequest, InferResponse
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -29,23 +33,50 @@ def config(text: str) -> mc.ModelConfig:
     return text_format.Parse(f'name: "m" {text}', mc.ModelConfig())
 
 
-def test_choose_providers_cpu_gpu_and_tensorrt(tmp_path: Path) -> None:
-    assert choose_providers(config("instance_group [ { kind: KIND_CPU } ]"), ALL, None).providers == [
-        "CPUExecutionProvider"]
-    gpu = choose_providers(config("instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]"), ALL, None)
-    assert gpu.providers == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"] and not gpu.note
-    trt = choose_providers(config("instance_group [ { kind: KIND_GPU } ] " + TRT_ACCELERATOR % ""), ALL, tmp_path)
-    assert trt.providers[0] == ("TensorrtExecutionProvider", {
-        "device_id": 0, "trt_engine_cache_enable": True, "trt_engine_cache_path": str(tmp_path / "trt")})
+def test_backend_places_gpu_groups_and_logs_the_fallback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A KIND_GPU group on a GPU this onnxruntime build cannot use: CPU provider, and a log line says so."""
+    model = tmp_path / "m" / "1"
+    model.mkdir(parents=True)
+    onnx_models.save(onnx_models.add_sub(), model / "model.onnx")
+    cfg = config('platform: "onnxruntime_onnx" max_batch_size: 8 instance_group [ { kind: KIND_GPU count: 2 gpus: [ 1 ] } ]')
+    two_gpus = GpuInventory(physical=("0", "1"), detail="test: two GPUs")
+    backend = OnnxRuntimeBackend(inventory=lambda: two_gpus)
+    cfg = backend.prepare_config(cfg, model)
+
+    async def caller(request: InferRequest) -> InferResponse:
+        raise AssertionError("not called")
+
+    async def run() -> int:
+        instances = await backend.load(LoadContext(cfg, 1, model, model.parent, caller, tmp_path))
+        for instance in instances:
+            await instance.close()
+        return len(instances)
+
+    with caplog.at_level("WARNING"):
+        assert asyncio.run(run()) == 2
+    assert "asked for GPU 1 but TensorrtExecutionProvider" not in caplog.text
+    assert "asked for GPU 1 but CUDAExecutionProvider is not available" in caplog.text
+    assert "falling back to CPUExecutionProvider" in caplog.text
 
 
-def test_choose_providers_falls_back_with_a_note() -> None:
-    choice = choose_providers(config("instance_group [ { kind: KIND_GPU } ] " + TRT_ACCELERATOR % ""),
-                              ["CPUExecutionProvider"], None)
-    assert choice.providers == ["CPUExecutionProvider"]
-    assert choice.note == ("asked for a GPU instance group (device 0) but TensorrtExecutionProvider, "
-                           "CUDAExecutionProvider is not available in this onnxruntime build; falling back to "
-                           "CPUExecutionProvider")
+def test_backend_without_gpus_runs_gpu_groups_on_cpu(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = tmp_path / "m" / "1"
+    model.mkdir(parents=True)
+    onnx_models.save(onnx_models.add_sub(), model / "model.onnx")
+    none = GpuInventory(physical=(), detail="test: no GPU")
+    backend = OnnxRuntimeBackend(inventory=lambda: none)
+    cfg = backend.prepare_config(config('platform: "onnxruntime_onnx" instance_group [ { kind: KIND_GPU } ]'), model)
+
+    async def caller(request: InferRequest) -> InferResponse:
+        raise AssertionError("not called")
+
+    async def run() -> None:
+        for instance in await backend.load(LoadContext(cfg, 1, model, model.parent, caller, None)):
+            await instance.close()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(run())
+    assert "asks for KIND_GPU but this runtime sees no GPU (test: no GPU)" in caplog.text
 
 
 def test_cuda_options() -> None:
