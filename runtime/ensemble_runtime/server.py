@@ -22,8 +22,8 @@ from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError
-from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.gpu.memory import make_device_free
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
