@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
+import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ensemble_runtime.backends.python import bls
@@ -22,6 +25,58 @@ from ensemble_runtime.inference import BackendRequest, BackendResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]
+
+
+def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class _Worker:
+    """The instance's own thread: runs calls one at a time, in order, and hands results back to the loop.
+
+    A plain SimpleQueue and `call_soon_threadsafe` instead of `run_in_executor`: no concurrent Future and no
+    future chaining per call (bench/hotpath.py).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, fn: Callable[..., Any],
+               args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        future = loop.create_future()
+        self._jobs.put((loop, future, context, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Let the calls already queued finish, then end the thread (without waiting for it)."""
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            loop, future, context, fn, args = job
+            if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
+                continue
+            try:
+                result, ok = context.run(fn, *args), True
+            except BaseException as exc:  # handed to the caller, like run_in_executor does
+                result, ok = exc, False
+            del job, fn, args
+            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
+                loop.call_soon_threadsafe(_deliver, future, ok, result)
+            del future, result
 
 
 class PythonInstance:
@@ -41,7 +96,7 @@ class PythonInstance:
         self._target = target
         self._output_types = dict(output_types)  # output name -> wire type, where the config declares one
         self._on_close = on_close
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"py-{instance_name}")
+        self._worker = _Worker(f"py-{instance_name}")
         self._closed = False
 
     async def call(self, method: Callable[..., Any], *args: Any) -> Any:
@@ -54,7 +109,7 @@ class PythonInstance:
                 bls.BLS_TARGET.reset(token)
         context = contextvars.copy_context()
         context.run(bls.BLS_TARGET.set, self._target)
-        return await self._target.loop.run_in_executor(self._pool, context.run, method, *args)
+        return await self._worker.submit(self._target.loop, context, method, args)
 
     async def initialize(self, args: dict[str, str]) -> None:
         initialize = getattr(self._model, "initialize", None)
@@ -122,7 +177,7 @@ class PythonInstance:
         """Drop an instance whose `initialize` failed, without calling `finalize`."""
         if not self._closed:
             self._closed = True
-            self._pool.shutdown(wait=False)
+            self._worker.shutdown()
             self._on_close()
 
     async def close(self) -> None:
@@ -136,7 +191,7 @@ class PythonInstance:
         except Exception:
             log.exception("model '%s': finalize() failed", self._name)
         finally:
-            self._pool.shutdown(wait=False)
+            self._worker.shutdown()
             self._on_close()
 
 
