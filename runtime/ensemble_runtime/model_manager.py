@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found, unavailable
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
-from ensemble_runtime.repository.local import ModelLocation, scan_roots
+from ensemble_runtime.repository.local import ModelLocation, infer_platform, scan_roots, version_fingerprint
 from ensemble_runtime.repository.policy import select_versions
 from ensemble_runtime.version_loader import VersionLoader
 
@@ -52,32 +51,6 @@ class _Plan:
     failed: bool = False  # some selected version did not load
     reverted: bool = False  # held on its old versions because a sibling step failed
     ensemble: EnsembleState | None = None
-
-
-def _infer_platform(location: ModelLocation) -> mc.ModelConfig:
-    """A model without config.pbtxt: pick the backend from the model file, as Triton's autocomplete does."""
-    config = mc.ModelConfig()
-    for version_path in sorted(location.versions.values(), reverse=True):
-        if (version_path / "model.onnx").exists():
-            config.platform = "onnxruntime_onnx"
-            return config
-        if (version_path / "model.plan").exists():
-            config.platform = "tensorrt_plan"
-            return config
-        if (version_path / "model.py").exists():
-            config.backend = "python"
-            return config
-    raise ConfigError(f"model '{location.name}': no config.pbtxt and no model file to infer a backend from")
-
-
-def _fingerprint(config: mc.ModelConfig, path: Path) -> str:
-    """Identity of one version as loaded: its config and every file's name, size and modification time."""
-    digest = hashlib.sha256(config.SerializeToString(deterministic=True))
-    for item in sorted(path.rglob("*")):
-        if item.is_file():
-            stat = item.stat()
-            digest.update(f"{item.relative_to(path)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
-    return digest.hexdigest()[:16]
 
 
 def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[int, LoadedVersion]:
@@ -143,15 +116,23 @@ class ModelManager:
                 entries.append(IndexEntry(name, str(number), state, reason))
         return entries
 
-    async def load(self, names: Iterable[str], overrides: Mapping[str, str] | None = None) -> None:
-        """Load (or re-sync) models and, for ensembles, their steps; switch all of them at once."""
+    async def load(
+        self, names: Iterable[str], overrides: Mapping[str, str] | None = None, *, fetch: bool = True
+    ) -> None:
+        """Load (or re-sync) models and, for ensembles, their steps; switch all of them at once.
+
+        `fetch`: bring these models from storage first (the load API); the poll loop has synced already.
+        Loaded ensembles over any of these models join the operation, so their steps switch all or nothing.
+        """
         async with self._lock:
             names = list(names)
-            if self.before_load is not None:
+            fetch = fetch and self.before_load is not None
+            if fetch and self.before_load is not None:
                 await self.before_load(names)
             self.scan()
+            names += self._ensembles_over(names)
             wanted = self._with_steps(names, overrides or {})
-            if self.before_load is not None and set(wanted) - set(names):
+            if fetch and self.before_load is not None and set(wanted) - set(names):
                 await self.before_load(wanted)  # the ensemble's steps too
                 self.scan()
             plans: dict[str, _Plan] = {}
@@ -177,6 +158,16 @@ class ModelManager:
                     errors.append(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}")
             if errors:
                 raise invalid("; ".join(dict.fromkeys(errors)))
+
+    def _ensembles_over(self, names: Collection[str]) -> list[str]:
+        """Loaded ensembles one of whose steps is among `names` (and not named themselves)."""
+        wanted = set(names)
+        return [
+            rec.name
+            for rec in self.registry.records.values()
+            if rec.ensemble is not None and rec.name not in wanted and rec.served
+            and wanted & {step.model_name for step in rec.ensemble.graph.steps}
+        ]
 
     def _with_steps(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
         """Names plus the step models of any ensembles among them, steps first."""
@@ -208,7 +199,7 @@ class ModelManager:
             raw = parse_config_override(override, f"config override for '{location.name}'")
         else:
             path = location.path / "config.pbtxt"
-            raw = parse_config_text(path.read_text(), str(path)) if path.is_file() else _infer_platform(location)
+            raw = parse_config_text(path.read_text(), str(path)) if path.is_file() else infer_platform(location)
         config = apply_defaults(raw, location.name)
         check_config(config, location.name)
         return config
@@ -258,7 +249,7 @@ class ModelManager:
         ready: list[int] = []
         for version in selection.selected:
             path = location.versions[version]
-            fingerprint = _fingerprint(config, path)
+            fingerprint = version_fingerprint(config, path)
             current = rec.versions.get(version)
             if current is not None and current.state == VersionState.READY and current.fingerprint == fingerprint:
                 ready.append(version)
@@ -379,7 +370,7 @@ class ModelManager:
                     changed.append(name)
                 continue
             selection = select_versions(config.version_policy, location.versions)
-            fingerprints = {v: _fingerprint(config, location.versions[v]) for v in selection.selected}
+            fingerprints = {v: version_fingerprint(config, location.versions[v]) for v in selection.selected}
             served = {v: rec.versions[v].fingerprint for v in rec.served if v in rec.versions}
             if fingerprints != served:  # new, changed or removed versions; failed ones are retried
                 changed.append(name)

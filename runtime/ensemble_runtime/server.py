@@ -72,7 +72,7 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
                            device_free=make_device_free(os.environ))
 
     async def sync_before_load(names: Collection[str]) -> None:
-        await storage.sync(names)
+        await storage.sync(names, settle=True)
 
     manager = ModelManager(roots=roots, registry=registry, loader=loader,
                            before_load=sync_before_load if storage.sources else None)
@@ -128,7 +128,7 @@ class Server:
         if not wanted:
             return
         try:
-            await manager.load(wanted)
+            await manager.load(wanted, fetch=False)
         except InferenceError as exc:  # one bad model never stops the server
             log.error("some models failed to load: %s", exc.message)
 
@@ -148,7 +148,7 @@ class Server:
                 changed = manager.changed_models()
                 if changed:
                     log.info("repository poll: changes in %s", ", ".join(changed))
-                    await manager.load(changed)
+                    await manager.load(changed, fetch=False)
             except InferenceError as exc:
                 log.error("repository poll: %s", exc.message)
             except Exception:  # keep polling whatever happens (Triton stops: their #6534)

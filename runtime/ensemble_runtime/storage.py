@@ -19,7 +19,7 @@ class Source(Protocol):
     root: Path
 
     async def sync(
-        self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()
+        self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = (), *, settle: bool = False
     ) -> SyncReport: ...
 
 
@@ -47,12 +47,16 @@ class Storage:
     def roots(self) -> list[Path]:
         return [s.root for s in self.sources]
 
-    async def sync(self, models: Collection[str] | None = None) -> bool:
-        """Sync all sources (or only `models`); True when anything changed in the cache."""
+    async def sync(self, models: Collection[str] | None = None, *, settle: bool = False) -> bool:
+        """Sync all sources (or only `models`); True when anything changed in the cache.
+
+        `settle` (explicit loads): decide completeness now by listing twice; a poll passes False so that a
+        version is loaded only once two consecutive polls listed it the same.
+        """
         changed = False
         in_use = self.registry.serving_pairs()
         for source, status in zip(self.sources, self.status, strict=True):
-            report = await source.sync(models, in_use)
+            report = await source.sync(models, in_use, settle=settle)
             changed |= report.changed
             if report.error:
                 status.error = report.error

@@ -176,7 +176,11 @@ class S3Source:
                 out[name] = listing
         return out
 
-    async def sync(self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()) -> SyncReport:
+    async def sync(
+        self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = (), *, settle: bool = False
+    ) -> SyncReport:
+        """Bring the cache in line with S3. `settle`: list twice, settle_secs apart, now (an explicit load
+        cannot wait for the next poll); otherwise a version needs the same listing in two consecutive syncs."""
         started = time.monotonic()
         report = SyncReport()
         wanted = None if models is None else {name for name in models if valid_model_name(name)}
@@ -185,7 +189,7 @@ class S3Source:
         try:
             listings = await asyncio.to_thread(self._list, wanted)
             previous = dict(self._previous or {})
-            if self._previous is None or (wanted is not None and any(n not in previous for n in listings)):
+            if settle or self._previous is None or (wanted is not None and any(n not in previous for n in listings)):
                 # No earlier listing to compare with: take one now, settle, and list again.
                 await asyncio.sleep(self._settle_secs)
                 previous = {**previous, **listings}
@@ -275,7 +279,10 @@ class RepositoryConfigSource:
                     errors[model.name] = str(exc)
         return listings, errors
 
-    async def sync(self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = ()) -> SyncReport:
+    async def sync(
+        self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = (), *, settle: bool = False
+    ) -> SyncReport:
+        """As S3Source.sync, for every model the repository config names."""
         started = time.monotonic()
         report = SyncReport()
         try:
@@ -292,7 +299,7 @@ class RepositoryConfigSource:
         scope = (declared | self._cache.models()) if models is None else set(models)
         listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
         previous = dict(self._previous)
-        if any(name not in previous for name in listings):
+        if settle or any(name not in previous for name in listings):
             await asyncio.sleep(self._settle_secs)
             previous.update({name: listing for name, listing in listings.items() if name not in previous})
             listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)

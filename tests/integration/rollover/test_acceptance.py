@@ -15,12 +15,12 @@ parameter agrees, Y == X + version for both steps). Uploads are lined up right a
 `scenario.py` for why related uploads must not straddle one).
 
 Three runs of the scenario:
-- `test_rollover_from_s3_under_load`: exactly the above. Fails today (xfail, strict, the bug named).
+- `test_rollover_from_s3_under_load`: exactly the above (it caught a poll that switched step_a alone when
+  step_b's new version failed, and a load-time re-sync that counted as the second listing of a version).
 - `test_corrected_step_and_its_sibling_switch_together`: corrupt step_b 3 uploaded alone, then step_a 3 and
-  the corrected step_b 3 uploaded together (no markers). Fails today (xfail, strict, a second bug named).
+  the corrected step_b 3 uploaded together (no markers): they switch in the same poll.
 - `test_rollover_with_failed_version_removed_first`: corrupt step_b 3 uploaded alone, deleted again, then
-  both steps' version 3 uploaded together (no markers). Passes: everything else the scenario checks is
-  checked on every run.
+  both steps' version 3 uploaded together (no markers).
 """
 
 from __future__ import annotations
@@ -43,28 +43,6 @@ from tests.integration.s3.helpers import S3Helper
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
 
 NEW_VERSION_BOUND_S = 30.0  # generous: poll interval (1 s) + download + load + warm-up, on a busy machine
-
-ALL_OR_NOTHING_BUG = (
-    "runtime/ensemble_runtime/server.py Server._poll_loop passes only manager.changed_models() (step_a, step_b: "
-    "the ensemble's own config is unchanged) to ModelManager.load, so ModelManager._keep_old_sets "
-    "(model_manager.py) finds no plan carrying an ensemble and never holds step_a back: when step_b's new version "
-    "fails to load, step_a's new version switches alone and `pipe` serves the mixed set {step_a:3, step_b:2}. "
-    "It should keep step_a on version 2 (all or nothing per ensemble), e.g. by adding the loaded ensembles that "
-    "use a changed model to the names the poll loads."
-)
-
-
-SAME_POLL_BUG = (
-    "runtime/ensemble_runtime/server.py build_dataplane passes sync_before_load to the ModelManager, so every "
-    "ModelManager.load (including the poll's retry of step_b's failed version 3, each poll) calls "
-    "S3Source.sync(models=[...]) (repository/sources.py) milliseconds after the poll's full sync; that partial "
-    "sync compares its listing with the full one and counts it as the second consecutive listing, so a "
-    "marker-less version of a model being (re)loaded is complete in the very poll that first lists it (the "
-    "completeness rule in docs/s3.md promises one poll later: a half-uploaded version can load), while other "
-    "models uploaded at the same moment wait a poll: step_b 3 switches alone and `pipe` serves {step_a:2, "
-    "step_b:3}. The before-load sync should not advance the completeness state (or compare with a listing at "
-    "least a poll old)."
-)
 
 
 def run(s3: S3Helper, tmp_path: Path, variant: str) -> None:
@@ -99,12 +77,10 @@ def run(s3: S3Helper, tmp_path: Path, variant: str) -> None:
         assert event.seconds_to_serve is not None and event.seconds_to_serve < NEW_VERSION_BOUND_S, event
 
 
-@pytest.mark.xfail(strict=True, reason=ALL_OR_NOTHING_BUG)
 def test_rollover_from_s3_under_load(s3: S3Helper, tmp_path: Path) -> None:
     run(s3, tmp_path, "brief")
 
 
-@pytest.mark.xfail(strict=True, reason=SAME_POLL_BUG)
 def test_corrected_step_and_its_sibling_switch_together(s3: S3Helper, tmp_path: Path) -> None:
     run(s3, tmp_path, "sibling")
 
