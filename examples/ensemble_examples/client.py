@@ -187,6 +187,27 @@ def add_sub(client: Any) -> list[str]:
     ]
 
 
+def seg_pipeline(client: Any) -> list[str]:
+    from ensemble_examples.checks import check_seg_pipeline  # builds on this module's helpers
+
+    result = check_seg_pipeline(client)
+    lines = []
+    for index, labels in enumerate(result.labels):
+        histogram = ", ".join(f"{name} {count}" for name, count in result.histogram(index).items())
+        top = ", ".join(f"{label}:{probability:.4f}" for label, probability in labels)
+        lines.append(f"image {index}: mask {list(result.mask.shape[1:])} [{histogram}]; labels {top}")
+    return lines
+
+
+def ocr_pipeline(client: Any) -> list[str]:
+    from ensemble_examples.checks import check_ocr_pipeline  # builds on this module's helpers
+
+    result = check_ocr_pipeline(client)
+    if not result.text:
+        raise CheckFailed("ocr_pipeline: no text region found in the demo image")
+    return [f"box {box.tolist()}: {text!r}" for box, text in zip(result.boxes, result.text, strict=True)]
+
+
 CHECKS = (
     Check("repository index", repository_index),
     Check("image_pipeline: PNG -> preprocess -> classifier_a -> top-3 labels", image_pipeline),
@@ -194,6 +215,8 @@ CHECKS = (
     Check(f"text_pipeline: text -> tokenizer -> text_scorer -> threshold {THRESHOLD}", text_pipeline),
     Check("bls_router: route 0 -> model_a (2X), route 1 -> model_b (X+100)", bls_router),
     Check("add_sub", add_sub),
+    Check("seg_pipeline: PNG -> preprocess -> classifier_a + segmenter -> labels + mask", seg_pipeline),
+    Check("ocr_pipeline: PNG -> detect -> crop -> recognize -> CTC decode -> boxes + strings", ocr_pipeline),
 )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_examples import onnx_models
+from ensemble_examples import ocr_models, onnx_models, segmentation_models
 
 LABELS = (
     "airplane",
@@ -34,6 +34,8 @@ ROUTES = ("model_a", "model_b")
 ONNX_PLATFORM = "onnxruntime_onnx"
 ENSEMBLE_PLATFORM = "ensemble"
 PYTHON_BACKEND = "python"
+OCR_THRESHOLD = 0.5
+OCR_MIN_PIXELS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,3 +237,97 @@ def text_pipeline() -> mc.ModelConfig:
             ),
         ],
     )
+
+
+_MASK = Tensor("mask", mc.TYPE_INT64, (onnx_models.IMAGE_SIZE, onnx_models.IMAGE_SIZE))
+_OCR_IMAGE = _fp32("image", 1, 1, ocr_models.OCR_IMAGE_SIZE, ocr_models.OCR_IMAGE_SIZE)
+_OCR_IMAGE_SIZE = Tensor("image_size", mc.TYPE_INT32, (2,))
+_CROPS = _fp32("crops", -1, 1, ocr_models.CROP_HEIGHT, ocr_models.CROP_WIDTH)
+_BOXES = Tensor("boxes", mc.TYPE_INT32, (-1, 4))
+_CHAR_LOGITS = _fp32("logits", -1, ocr_models.TIME_STEPS, len(ocr_models.ALPHABET))
+
+
+def segmenter() -> mc.ModelConfig:
+    classes = len(segmentation_models.SEGMENT_CLASSES)
+    size = onnx_models.IMAGE_SIZE
+    return _onnx("segmenter", [_IMAGE], [_fp32("mask_logits", classes, size, size), _MASK], batcher=True)
+
+
+def seg_pipeline() -> mc.ModelConfig:
+    """One preprocess feeding a classifier and the segmenter in parallel."""
+    return _ensemble(
+        "seg_pipeline",
+        [_IMAGE_BYTES],
+        [_bytes("labels", -1), _MASK],
+        [
+            EnsembleStep("image_preprocess", {"image_bytes": "image_bytes"}, {"image": "preprocessed"}),
+            EnsembleStep("classifier_a", {"image": "preprocessed"}, {"logits": "logits"}),
+            EnsembleStep("image_postprocess", {"logits": "logits"}, {"labels": "labels"}),
+            EnsembleStep("segmenter", {"image": "preprocessed"}, {"mask": "mask"}),
+        ],
+    )
+
+
+def ocr_preprocess() -> mc.ModelConfig:
+    return _config(
+        "ocr_preprocess", [_IMAGE_BYTES], [_OCR_IMAGE, _OCR_IMAGE_SIZE], backend=PYTHON_BACKEND, max_batch_size=0
+    )
+
+
+def text_detector() -> mc.ModelConfig:
+    heatmap = _fp32("heatmap", *_OCR_IMAGE.dims)
+    return _config("text_detector", [_OCR_IMAGE], [heatmap], platform=ONNX_PLATFORM, max_batch_size=0)
+
+
+def crop_boxes() -> mc.ModelConfig:
+    return _config(
+        "crop_boxes",
+        [_fp32("heatmap", *_OCR_IMAGE.dims), _OCR_IMAGE, _OCR_IMAGE_SIZE],
+        [_CROPS, _BOXES],
+        backend=PYTHON_BACKEND,
+        max_batch_size=0,
+        parameters={
+            "threshold": str(OCR_THRESHOLD),
+            "min_pixels": str(OCR_MIN_PIXELS),
+            "max_crops": str(ocr_models.MAX_CROPS),
+        },
+    )
+
+
+def text_recognizer() -> mc.ModelConfig:
+    return _config("text_recognizer", [_CROPS], [_CHAR_LOGITS], platform=ONNX_PLATFORM, max_batch_size=0)
+
+
+def ctc_decode() -> mc.ModelConfig:
+    return _config(
+        "ctc_decode",
+        [_CHAR_LOGITS],
+        [_bytes("text", -1)],
+        backend=PYTHON_BACKEND,
+        max_batch_size=0,
+        parameters={"alphabet": ocr_models.ALPHABET},
+    )
+
+
+def ocr_pipeline() -> mc.ModelConfig:
+    """Five steps, one call; not batching, since the number of text regions varies per image."""
+    config = _ensemble(
+        "ocr_pipeline",
+        [_IMAGE_BYTES],
+        [_bytes("text", -1), _BOXES],
+        [
+            EnsembleStep(
+                "ocr_preprocess", {"image_bytes": "image_bytes"}, {"image": "page", "image_size": "page_size"}
+            ),
+            EnsembleStep("text_detector", {"image": "page"}, {"heatmap": "heatmap"}),
+            EnsembleStep(
+                "crop_boxes",
+                {"heatmap": "heatmap", "image": "page", "image_size": "page_size"},
+                {"crops": "crops", "boxes": "boxes"},
+            ),
+            EnsembleStep("text_recognizer", {"crops": "crops"}, {"logits": "char_logits"}),
+            EnsembleStep("ctc_decode", {"logits": "char_logits"}, {"text": "text"}),
+        ],
+    )
+    config.max_batch_size = 0
+    return config

@@ -16,7 +16,7 @@ import onnx
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_examples import configs, onnx_models
+from ensemble_examples import configs, ocr_models, onnx_models, segmentation_models
 
 CONFIG_FILENAME = "config.pbtxt"
 ONNX_FILENAME = "model.onnx"
@@ -73,6 +73,29 @@ def example_models() -> tuple[ExampleModel, ...]:
             needs=("image_preprocess", "classifier_a", "classifier_b", "combine_argmax"),
         ),
         ExampleModel("text_pipeline", configs.text_pipeline, needs=("tokenizer", "text_scorer", "threshold")),
+        *_vision_models(),
+    )
+
+
+def _vision_models() -> tuple[ExampleModel, ...]:
+    """The segmentation and OCR scenarios: one preprocess feeding two models; a five-step OCR chain."""
+    return (
+        ExampleModel("segmenter", configs.segmenter, segmentation_models.segmenter),
+        ExampleModel(
+            "seg_pipeline",
+            configs.seg_pipeline,
+            needs=("image_preprocess", "classifier_a", "image_postprocess", "segmenter"),
+        ),
+        ExampleModel("ocr_preprocess", configs.ocr_preprocess, python=True),
+        ExampleModel("text_detector", configs.text_detector, ocr_models.text_detector),
+        ExampleModel("crop_boxes", configs.crop_boxes, python=True),
+        ExampleModel("text_recognizer", configs.text_recognizer, ocr_models.text_recognizer),
+        ExampleModel("ctc_decode", configs.ctc_decode, python=True),
+        ExampleModel(
+            "ocr_pipeline",
+            configs.ocr_pipeline,
+            needs=("ocr_preprocess", "text_detector", "crop_boxes", "text_recognizer", "ctc_decode"),
+        ),
     )
 
 

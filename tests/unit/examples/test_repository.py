@@ -32,6 +32,10 @@ PYTHON_MODELS = (
     "tokenizer",
 )
 ONNX_MODELS = ("add_sub", "classifier_a", "classifier_b", "model_a", "model_b", "text_scorer", "versioned")
+# The segmentation and OCR scenarios, not batching in part: test_new_pipelines.py checks them further.
+NEW_ENSEMBLES = ("ocr_pipeline", "seg_pipeline")
+NEW_PYTHON_MODELS = ("crop_boxes", "ctc_decode", "ocr_preprocess")
+NEW_ONNX_MODELS = ("segmenter", "text_detector", "text_recognizer")
 
 
 def parse(root: Path, name: str) -> mc.ModelConfig:
@@ -45,7 +49,9 @@ def all_configs(root: Path) -> dict[str, mc.ModelConfig]:
 
 
 def test_build_writes_every_model_in_triton_layout(example_repo: Path) -> None:
-    assert model_names() == sorted((*ENSEMBLES, *PYTHON_MODELS, *ONNX_MODELS))
+    assert model_names() == sorted(
+        (*ENSEMBLES, *PYTHON_MODELS, *ONNX_MODELS, *NEW_ENSEMBLES, *NEW_PYTHON_MODELS, *NEW_ONNX_MODELS)
+    )
     assert sorted(p.name for p in example_repo.iterdir()) == model_names()
     for name in ONNX_MODELS:
         assert sorted(p.name for p in (example_repo / name).iterdir()) == ["1", "config.pbtxt"]
@@ -61,9 +67,10 @@ def test_every_config_parses_and_passes_the_runtime_checks(example_repo: Path) -
     for name, config in all_configs(example_repo).items():
         assert config.name == name
         check_config(apply_defaults(config, name), name)
-        expected = "ensemble" if name in ENSEMBLES else "onnxruntime_onnx" if name in ONNX_MODELS else ""
+        ensembles, onnx_models = (*ENSEMBLES, *NEW_ENSEMBLES), (*ONNX_MODELS, *NEW_ONNX_MODELS)
+        expected = "ensemble" if name in ensembles else "onnxruntime_onnx" if name in onnx_models else ""
         assert config.platform == expected
-        assert config.backend == ("python" if name in PYTHON_MODELS else "")
+        assert config.backend == ("python" if name in (*PYTHON_MODELS, *NEW_PYTHON_MODELS) else "")
 
 
 def test_onnx_configs_match_their_graphs(example_repo: Path) -> None:
