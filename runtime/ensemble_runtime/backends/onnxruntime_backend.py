@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -27,6 +27,7 @@ from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
 ProviderSpec = str | tuple[str, ProviderOptions]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class OnnxInstance:
@@ -48,12 +49,12 @@ class OnnxInstance:
             results: list[BackendResult] = []
             for request in requests:
                 try:
-                    results.append(await loop.run_in_executor(self._pool, self._run, request.inputs))
+                    results.append(await _on_pool(loop, self._pool, self._run, request.inputs))
                 except Exception as exc:
                     results.append(exc)
             return results
         try:
-            return list(await loop.run_in_executor(self._pool, self._run_merged, requests))
+            return list(await _on_pool(loop, self._pool, self._run_merged, requests))
         except Exception as exc:
             return [exc] * len(requests)
 
@@ -81,6 +82,33 @@ class OnnxInstance:
 
     async def close(self) -> None:
         return None
+
+
+def _on_pool(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, fn: Callable[[Any], T], arg: Any) -> asyncio.Future[T]:
+    """`loop.run_in_executor` without its future chaining: the pool thread hands the outcome straight back."""
+    future: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        if future.cancelled():  # cancelled before it started
+            return
+        try:
+            result = fn(arg)
+        except BaseException as exc:  # handed to the caller, as run_in_executor does
+            loop.call_soon_threadsafe(_deliver, future, False, exc)
+        else:
+            loop.call_soon_threadsafe(_deliver, future, True, result)
+
+    pool.submit(run)  # a closed loop raises in `run`: kept on the pool's future, nobody waits any more
+    return future
+
+
+def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 def _to_ort(array: Tensor) -> Tensor:
