@@ -14,7 +14,8 @@ Reported per server: p50/p99 latency and throughput from the client, and **serve
 request** (user + system time of the server process over the run, from /proc, divided by the requests it
 completed): the cost of the hot path with the client's own CPU left out, which is the least noisy figure on a
 shared machine. At 1 in flight the synchronous `tritonclient.grpc` client is used (the cheapest caller), at
-higher concurrency the asyncio client. Ratios are against the first server. Writes bench/results/hotpath.json.
+higher concurrency the asyncio client. Ratios are against the first server. Writes bench/results/hotpath.json
+(hotpath_micro.json with --micro).
 
 `--micro` measures the same path without gRPC: one process per `--server` tree builds the data plane
 in-process and times decode_request -> DataPlane.infer -> encode_response on prebuilt protobuf requests,
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     payload = {"servers": {n: {"runtime": str(d), "flags": f} for n, d, f in servers}, "results": results,
                "duration_s": args.duration, "repeats": args.repeats, "load_average": load}
-    print(f"wrote {write_json('hotpath', payload)}")
+    print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload)}")
     return 0
 
 
