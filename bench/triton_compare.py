@@ -37,7 +37,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
 from bench.common import closed_loop, write_json
-from bench.models import build_chain_repository, build_text_repository, chain_name, step_name
+from bench.models import build_chain_repository, build_text_repository, chain_name, mark_inline, step_name
 from bench.triton_peer import TritonPeer, require_install
 from tests.support.runtime_process import RuntimeProcess
 
@@ -258,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per run (default 5)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating ours/Triton pairs per point (default 3)")
     parser.add_argument("--quick", action="store_true", help="1 s runs, one pair per point (a smoke run)")
+    parser.add_argument("--inline", action="store_true",
+                        help="set EXECUTE_INLINE on the Python models (ours runs them on the event loop; Triton ignores it)")
     args = parser.parse_args(argv)
     duration, repeats = (1.0, 1) if args.quick else (args.duration, args.repeats)
     install = require_install()
@@ -267,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository = Path(tmp) / "models"
         build_chain_repository(repository)
         build_text_repository(repository, python_scorer=python_scorer)
+        if args.inline:
+            mark_inline(repository)
         with RuntimeProcess([repository]) as ours, TritonPeer([repository], install=install) as triton:
             ours.wait_ready(120)
             triton.wait_ready(120)
@@ -283,11 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "triton": {"pytriton": install.pytriton_version, "backends": list(install.backends),
                    "text_scorer": "python (no onnxruntime backend in the peer)" if python_scorer else "onnx"},
         "duration_s": duration, "repeats": repeats, "concurrency": list(CONCURRENCY),
-        "results": results, "rss_mib": rss,
+        "results": results, "rss_mib": rss, "execute_inline": args.inline,
     }
     report["targets"] = targets(results)
     print_report(report)
-    print(f"\nwrote {write_json('triton_compare', report)}")
+    print(f"\nwrote {write_json('triton_compare_inline' if args.inline else 'triton_compare', report)}")
     return 0
 
 

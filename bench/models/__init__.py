@@ -95,3 +95,18 @@ def _python_text_scorer(model_dir: Path) -> None:
     if platform not in config:
         raise ValueError(f"{config_path}: expected an ONNX text_scorer ({platform})")
     config_path.write_text(config.replace(platform, 'backend: "python"'), encoding="utf-8")
+
+
+INLINE = '\nparameters { key: "EXECUTE_INLINE" value: { string_value: "true" } }\n'
+
+
+def mark_inline(root: Path) -> list[str]:
+    """Opt every Python model of the repository into running `execute` on the event loop (our runtime's
+    EXECUTE_INLINE parameter; Triton ignores unknown parameters, so both servers still load the same files)."""
+    marked: list[str] = []
+    for config_path in sorted(root.glob("*/config.pbtxt")):
+        text = config_path.read_text(encoding="utf-8")
+        if 'backend: "python"' in text and "EXECUTE_INLINE" not in text:
+            config_path.write_text(text + INLINE, encoding="utf-8")
+            marked.append(config_path.parent.name)
+    return marked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,12 @@ def test_decoupled_models_are_refused(repo: Path) -> None:
     context = LoadContext(config, 1, repo / "add_sub" / "1", repo / "add_sub", caller)
     with pytest.raises(ConfigError, match="decoupled"):
         asyncio.run(PythonBackend().load(context))
+
+
+def test_execute_inline_runs_on_the_event_loop_thread(run: Run) -> None:
+    async def body(h: Harness) -> None:
+        (inline,) = await h.load("inline")
+        (result,) = await inline.execute([BackendRequest({"X": np.array([1], dtype=np.int32)}, ())])
+        assert ok(result)["THREAD"][0] == threading.current_thread().name.encode()  # not the instance's thread
+
+    run(body)

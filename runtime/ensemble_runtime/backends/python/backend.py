@@ -70,10 +70,13 @@ class PythonBackend:
         output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
+        inline = execute_inline(config)
         try:
             for slot in slots:
                 model = model_class()
-                instances.append(PythonInstance(model, config.name, slot.name, target, output_types, release))
+                instances.append(
+                    PythonInstance(model, config.name, slot.name, target, output_types, release, inline=inline)
+                )
         except Exception as exc:
             for instance in instances:
                 instance.discard()
@@ -167,3 +170,15 @@ class _Countdown:
         self._left -= 1
         if self._left == 0:
             self._module.release()
+
+
+INLINE_PARAMETER = "EXECUTE_INLINE"
+
+
+def execute_inline(config: mc.ModelConfig) -> bool:
+    """Opt-in (`parameters { key: "EXECUTE_INLINE" value: { string_value: "true" } }`): run a synchronous
+    `execute` on the event loop instead of the instance's thread. For steps that take microseconds, it saves
+    two thread hops per call; it blocks the server while `execute` runs, and a synchronous BLS `exec()` in
+    such a model must become `await async_exec()`. Triton ignores the parameter."""
+    value = config.parameters[INLINE_PARAMETER].string_value if INLINE_PARAMETER in config.parameters else ""
+    return value.strip().lower() in ("1", "true", "yes", "on")

@@ -90,7 +90,10 @@ class PythonInstance:
         target: bls.BlsTarget,
         output_types: Mapping[str, str],
         on_close: Callable[[], None],
+        *,
+        inline: bool = False,
     ) -> None:
+        self._inline = inline  # run a synchronous execute on the loop (opt-in per model, see backend.py)
         self._model = model
         self._name = name
         self._target = target
@@ -116,10 +119,20 @@ class PythonInstance:
         if initialize is not None:
             await self.call(initialize, args)
 
+    async def _execute(self, pb_requests: list[InferenceRequest]) -> Any:
+        execute = self._model.execute
+        if not self._inline or inspect.iscoroutinefunction(execute):
+            return await self.call(execute, pb_requests)
+        token = bls.BLS_TARGET.set(self._target)
+        try:
+            return execute(pb_requests)
+        finally:
+            bls.BLS_TARGET.reset(token)
+
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         pb_requests = [_incoming(request) for request in requests]
         try:
-            responses = await self.call(self._model.execute, pb_requests)
+            responses = await self._execute(pb_requests)
         except Exception as exc:
             failure = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
             return [failure] * len(requests)
