@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import kopf
 
@@ -17,6 +18,9 @@ def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
     """Apply our settings to kopf's: peering (one acting replica), webhook server."""
     kopf_settings.peering.mandatory = True
     kopf_settings.posting.level = logging.WARNING
+    # Our CRDs are installed with the chart: no watching of CustomResourceDefinitions (which would need
+    # cluster-wide RBAC on them even for a namespaced install).
+    kopf_settings.scanning.disabled = True
     if settings.webhook_enabled:
         kopf_settings.admission.server = kopf.WebhookServer(
             addr=settings.webhook_addr,
@@ -36,7 +40,13 @@ def main() -> None:
     kube = connect(settings.pod_http_timeout_seconds)
     reconciler = Reconciler(kube=kube, defaults=settings.runtime_defaults())
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, settings.status_interval_seconds)
+    register(registry, reconciler, settings.status_interval_seconds, webhooks=settings.webhook_enabled)
+
+    # A registry of our own lacks the default registry's login fallbacks: log in as kube.connect does,
+    # through the official client (in-cluster ServiceAccount, else the kubeconfig).
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(registry=registry)
     def _startup(settings: kopf.OperatorSettings, **_: object) -> None:

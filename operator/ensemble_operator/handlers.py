@@ -15,8 +15,11 @@ def _pydantic_message(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
-def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, status_interval: float) -> None:
-    """Register every handler on `registry` (no global registry, no module state)."""
+def register(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, status_interval: float, *, webhooks: bool = True
+) -> None:
+    """Register every handler on `registry` (no global registry, no module state). Without `webhooks`
+    the admission handlers are left out: kopf refuses to run admission handlers with no server."""
 
     @kopf.on.resume(GROUP, VERSION, "ensembles", registry=registry)
     @kopf.on.create(GROUP, VERSION, "ensembles", registry=registry)
@@ -35,16 +38,23 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, status_int
     def model_changed(body: kopf.Body, **_: Any) -> None:
         reconciler.model(dict(body))
 
-    @kopf.on.delete(GROUP, VERSION, "models", registry=registry)
-    def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
-        # kopf keeps its finalizer on the Model until this handler succeeds: in use => blocked.
-        users = reconciler.model_users(namespace or "", name)
-        if users:
-            raise kopf.TemporaryError(
-                f"Model {name} is used by Ensemble(s) {', '.join(users)}; remove it from their steps first",
-                delay=30,
-            )
+    @kopf.timer(GROUP, VERSION, "models", interval=status_interval, registry=registry)
+    def model_refresh(body: kopf.Body, **_: Any) -> None:
+        # Which Ensembles use a Model changes with the Ensembles: refresh its status (no write if same).
+        reconciler.model_status(dict(body))
 
+    @kopf.on.delete(GROUP, VERSION, "models", registry=registry)
+    def model_deleted(body: kopf.Body, **_: Any) -> None:
+        # kopf keeps its finalizer on the Model until this handler succeeds: in use => blocked.
+        blocked = reconciler.model_deletion_blocked(dict(body))
+        if blocked is not None:
+            raise kopf.TemporaryError(blocked, delay=10)
+
+    if webhooks:
+        _register_webhooks(registry, reconciler)
+
+
+def _register_webhooks(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     @kopf.on.validate(GROUP, VERSION, "ensembles", id="validate-ensemble", registry=registry)
     def validate_ensemble(namespace: str | None, spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
         try:

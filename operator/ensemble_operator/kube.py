@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .status import PodReport
+from .status import PodReport, pod_problem
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -221,7 +221,7 @@ class KubeClient:
                     versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
                 except (OSError, ValueError, AttributeError, TypeError):
                     versions = None
-            reports.append(PodReport(pod["metadata"]["name"], ready, versions))
+            reports.append(PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod)))
         return reports
 
 
@@ -245,11 +245,14 @@ class ApiClientTransport:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
+        params = list((query or {}).items())
         try:
+            if hasattr(self._client, "param_serialize"):  # clients built by the newer OpenAPI generator
+                return self._request_v35(method, path, headers, body, params)
             data, status, _ = self._client.call_api(
                 path,
                 method,
-                query_params=list((query or {}).items()),
+                query_params=params,
                 header_params=headers,
                 body=body,
                 auth_settings=["BearerToken"],
@@ -257,11 +260,34 @@ class ApiClientTransport:
                 _return_http_data_only=False,
             )
         except ApiException as exc:
-            try:
-                return int(exc.status), json.loads(exc.body or "null")
-            except ValueError:
-                return int(exc.status), exc.body
+            return int(exc.status), _decode(exc.body)
         return int(status), data
+
+    def _request_v35(
+        self, method: str, path: str, headers: dict[str, str], body: Any, params: list[tuple[str, str]]
+    ) -> tuple[int, Any]:
+        # Serialise (auth headers, query string), send, decode: the client raises on no status code.
+        method, url, headers, body, _ = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(method, url, header_params=headers, body=body)
+        return int(response.status), _decode(response.read())
+
+
+def _decode(raw: Any) -> Any:
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
 
 
 def connect(pod_timeout_seconds: float) -> KubeClient:

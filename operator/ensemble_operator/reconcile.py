@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,6 +14,8 @@ from .plan import plan_ensemble
 from .render.common import RuntimeDefaults
 from .status import compute_model_status, compute_status
 from .validation import validate_ensemble
+
+logger = logging.getLogger(__name__)
 
 
 def utc_now() -> str:
@@ -41,34 +44,56 @@ class Reconciler:
         ens = Ensemble.model_validate(body)
         ns, name = ens.metadata.namespace, ens.metadata.name
         plan = plan_ensemble(ens, self.models(ns), self.defaults)
-        for obj in plan.apply:
-            self.kube.apply(obj)
-        for key in plan.delete:
-            self.kube.delete_if_exists(key)
+        applied = sum(self.kube.apply(obj) for obj in plan.apply)
+        deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
         pods = self.kube.pod_reports(ns, name) if deployment is not None else []
         status = compute_status(ens, plan.issues, deployment, pods, self.clock())
         old_phase = (body.get("status") or {}).get("phase")
-        written = self.kube.patch_status(
-            API_VERSION, "Ensemble", ns, name, status.to_wire(), body.get("status")
-        )
+        written = self.kube.patch_status(API_VERSION, "Ensemble", ns, name, status.to_wire(), body.get("status"))
+        if applied or deleted or written:
+            logger.info(
+                "Ensemble %s/%s reconciled: %d object(s) applied, %d deleted, status %s (phase %s)",
+                ns,
+                name,
+                applied,
+                deleted,
+                "written" if written else "unchanged",
+                status.phase,
+            )
         if written and status.phase != old_phase:
             ready = next(c for c in status.conditions if c.type == "Ready")
             warn = status.phase in ("Invalid", "Degraded")
-            self.kube.emit_event(
-                body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal"
-            )
+            self.kube.emit_event(body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal")
         return status.phase or "Unknown"
 
     def model(self, body: dict[str, Any]) -> None:
         """Refresh a Model's status, then re-reconcile every Ensemble that references it."""
+        for user in self.model_status(body):
+            self.ensemble(user)
+
+    def model_status(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Refresh a Model's status (which Ensembles use it); returns those Ensembles."""
         model = Model.model_validate(body)
         ns, name = model.metadata.namespace, model.metadata.name
         users = self.ensembles_using(ns, name)
         status = compute_model_status(model, [u["metadata"]["name"] for u in users], self.clock())
         self.kube.patch_status(API_VERSION, "Model", ns, name, status.to_wire(), body.get("status"))
-        for user in users:
-            self.ensemble(user)
+        return users
+
+    def model_deletion_blocked(self, body: dict[str, Any]) -> str | None:
+        """Why a Model being deleted must stay (None: nothing uses it any more). The reason goes on the
+        Model as a DeletionBlocked condition, and into one Warning event when it first appears."""
+        model = Model.model_validate(body)
+        ns, name = model.metadata.namespace, model.metadata.name
+        users = self.model_users(ns, name)
+        if not users:
+            return None
+        message = f"Model {name} is used by Ensemble(s) {', '.join(users)}; remove it from their steps first"
+        status = compute_model_status(model, users, self.clock(), deletion_blocked=message)
+        if self.kube.patch_status(API_VERSION, "Model", ns, name, status.to_wire(), body.get("status")):
+            self.kube.emit_event(body, "DeletionBlocked", message, "Warning")
+        return message
 
     def model_users(self, namespace: str, name: str) -> list[str]:
         return sorted(e["metadata"]["name"] for e in self.ensembles_using(namespace, name))

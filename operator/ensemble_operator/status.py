@@ -21,6 +21,47 @@ class PodReport:
     name: str
     ready: bool
     versions: dict[str, int] | None
+    # Why a pod that is not ready cannot become ready, from the pod's own status: the scheduler's
+    # Unschedulable message, or a waiting container's reason (ImagePullBackOff, CrashLoopBackOff, ...).
+    problem: str | None = None
+
+
+def pod_problem(pod: dict[str, Any]) -> str | None:
+    """What keeps a pod from running, in the words of the scheduler or the kubelet (None: nothing known)."""
+    status = pod.get("status", {})
+    for cond in status.get("conditions", []):
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason"):
+            return f"{cond['reason']}: {cond.get('message', '')}".rstrip(": ")
+    for container in status.get("containerStatuses", []):
+        waiting = container.get("state", {}).get("waiting") or {}
+        if waiting.get("reason") in _STUCK_REASONS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
+# Waiting reasons that do not clear by themselves (ContainerCreating and PodInitializing do).
+_STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+def pod_problems(pods: Sequence[PodReport]) -> str | None:
+    """One line naming the problems of the pods that are not ready (pods that share one are grouped)."""
+    by_problem: dict[str, list[str]] = {}
+    for pod in pods:
+        if not pod.ready and pod.problem:
+            by_problem.setdefault(pod.problem, []).append(pod.name)
+    if not by_problem:
+        return None
+    return "; ".join(f"pod {', '.join(sorted(names))}: {problem}" for problem, names in sorted(by_problem.items()))
 
 
 def _merge(previous: Sequence[Condition], new: Condition, now: str) -> Condition:
@@ -62,9 +103,7 @@ def _deployment_numbers(deployment: dict[str, Any]) -> tuple[int, int, int, int,
     ready = int(st.get("readyReplicas", 0) or 0)
     updated = int(st.get("updatedReplicas", 0) or 0)
     total = int(st.get("replicas", 0) or 0)
-    observed = int(st.get("observedGeneration", 0) or 0) >= int(
-        deployment["metadata"].get("generation", 0) or 0
-    )
+    observed = int(st.get("observedGeneration", 0) or 0) >= int(deployment["metadata"].get("generation", 0) or 0)
     stalled = any(
         c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
         for c in st.get("conditions", [])
@@ -108,12 +147,14 @@ def compute_status(
         if not done:
             prog_c = _cond("Progressing", True, "RollingOut", f"{updated}/{desired} replicas updated", gen)
         elif not agree:
-            prog_c = _cond(
-                "Progressing", True, "VersionSwitch", "ready pods serve different version sets", gen
-            )
+            prog_c = _cond("Progressing", True, "VersionSwitch", "ready pods serve different version sets", gen)
         else:
             prog_c = _cond("Progressing", False, "RolloutComplete", "", gen)
-        if stalled:
+        problems = pod_problems(pods)
+        if problems is not None:
+            reason = "PodsUnschedulable" if "Unschedulable" in problems else "PodsFailing"
+            deg_c = _cond("Degraded", True, reason, problems, gen)
+        elif stalled:
             deg_c = _cond("Degraded", True, "ProgressDeadlineExceeded", "the rollout is stuck", gen)
         elif done is False and observed and updated == desired and ready < desired:
             deg_c = _cond("Degraded", True, "ReplicasUnavailable", f"{ready}/{desired} replicas ready", gen)
@@ -144,14 +185,19 @@ def compute_status(
     )
 
 
-def compute_model_status(model: Model, in_use_by: Sequence[str], now: str) -> ModelStatus:
-    """Model status: its policy summary and an Accepted condition; versionsFound is kept as reported."""
+def compute_model_status(
+    model: Model, in_use_by: Sequence[str], now: str, deletion_blocked: str | None = None
+) -> ModelStatus:
+    """Model status: its policy summary and an Accepted condition (plus DeletionBlocked while a deletion
+    waits for the Ensembles that use it); versionsFound is kept as reported."""
     gen = model.metadata.generation
     users = ", ".join(sorted(in_use_by)) or "no Ensemble"
-    accepted = _cond("Accepted", True, "Valid", f"used by {users}", gen)
+    conditions = [_cond("Accepted", True, "Valid", f"used by {users}", gen)]
+    if deletion_blocked is not None:
+        conditions.append(_cond("DeletionBlocked", True, "InUse", deletion_blocked, gen))
     return ModelStatus(
         policy=model.spec.version_policy.summary(),
         versions_found=model.status.versions_found,
-        conditions=[_merge(model.status.conditions, accepted, now)],
+        conditions=[_merge(model.status.conditions, c, now) for c in conditions],
         observed_generation=gen,
     )

@@ -90,4 +90,4 @@ def test_handlers_register_on_a_private_registry(models: dict[str, Model]) -> No
     ids = {h.id for h in registry._webhooks.get_all_handlers()}
     assert {"validate-ensemble", "validate-model"} <= ids
     assert len(registry._changing.get_all_handlers()) >= 7
-    assert len(registry._spawning.get_all_handlers()) == 1
+    assert len(registry._spawning.get_all_handlers()) == 2  # the Ensemble and Model status timers
