@@ -1,8 +1,9 @@
 """Ensemble graph validation on the CR specs (pure).
 
 Every issue names the step and tensor it is about. The same checks run in the admission webhook and
-in the reconciler; checks that depend on other objects (Models that may be created a moment later,
-versions the repository may gain) are only warnings at admission time, see `Issue.admission_warning`.
+in the reconciler. A reference to a Model that does not exist is refused at admission (apply the Models
+first: `kubectl apply -f models.yaml -f ensemble.yaml`); a pinned version the repository has not shown yet
+is only a warning there (storage may gain it), see `Issue.admission_warning`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ VERSION_NOT_FOUND = "version-not-found"
 VERSION_NOT_SERVED = "version-not-served"
 CONFLICTING_S3 = "conflicting-s3"
 
-_DEPENDS_ON_OTHER_OBJECTS = frozenset({MISSING_MODEL, VERSION_NOT_FOUND})
+_DEPENDS_ON_OTHER_OBJECTS = frozenset({VERSION_NOT_FOUND})
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Issue:
 
     @property
     def admission_warning(self) -> bool:
-        """True when the issue may resolve itself (a Model created later): warn, do not reject."""
+        """True when the issue may resolve itself (storage gaining a version): warn, do not reject."""
         return self.code in _DEPENDS_ON_OTHER_OBJECTS
 
 

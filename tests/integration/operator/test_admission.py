@@ -93,20 +93,15 @@ def test_webhook_refuses_invalid_ensembles(audited_control_plane: ControlPlane, 
     assert ensemble(cp, models_ns, name) is None
 
 
-def test_a_missing_model_is_a_warning_then_a_degraded_status(
-    audited_control_plane: ControlPlane, models_ns: str
-) -> None:
-    """Models may arrive after the Ensemble (`kubectl apply -f examples/manifests/` applies ensemble.yaml
-    first), so the webhook admits with a warning and the reconcile reports the Ensemble Invalid."""
+def test_a_missing_model_is_refused(audited_control_plane: ControlPlane, models_ns: str) -> None:
+    """A step naming a Model that does not exist is refused at apply time (Models are applied first)."""
     cp = audited_control_plane
     name = "missing-model"
     code, output = kubectl_apply(cp, models_ns, broken(name, "missing model"))
-    assert code == 0, output
-    message = "step 'classify' references Model 'nope', which does not exist in this namespace"
-    assert f"Warning: {message}" in output
-    ens = wait_ensemble(cp, models_ns, name, phase_is("Invalid"), "phase Invalid")
-    degraded = condition(ens, "Degraded")
-    assert degraded is not None and degraded["status"] == "True" and message in degraded["message"]
+    assert code != 0, output
+    assert DENIED in output
+    assert "step 'classify' references Model 'nope', which does not exist in this namespace" in output
+    assert ensemble(cp, models_ns, name) is None
 
 
 def test_webhook_accepts_the_example(audited_control_plane: ControlPlane, models_ns: str) -> None:

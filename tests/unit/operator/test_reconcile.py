@@ -124,7 +124,7 @@ def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler],
     assert rec.admission_issues(NS, spec) == ([], [])
     spec["steps"][1]["modelRef"]["name"] = "not-yet-created"
     errors, warnings = rec.admission_issues(NS, spec)
-    assert errors == [] and len(warnings) == 1
+    assert warnings == [] and len(errors) == 1 and "'not-yet-created'" in errors[0]
     spec["steps"][1]["inputMap"] = {"input": "nowhere"}
     errors, _ = rec.admission_issues(NS, spec)
     assert any("'nowhere'" in e for e in errors)

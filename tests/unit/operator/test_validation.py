@@ -214,11 +214,11 @@ def test_cycle_is_reported_with_its_path() -> None:
     assert {i.code for i in issues} == {v.CYCLE, v.MISSING_MODEL}
 
 
-def test_admission_warnings_only_for_cross_object_issues() -> None:
+def test_admission_warns_only_about_versions_storage_may_gain() -> None:
     issues = v.validate_ensemble(spec(), {})
-    assert issues and all(i.admission_warning for i in issues)
-    shape = v.Issue(v.SHAPE_MISMATCH, "m")
-    assert not shape.admission_warning
+    assert issues and all(i.code == v.MISSING_MODEL and not i.admission_warning for i in issues)
+    assert v.Issue(v.VERSION_NOT_FOUND, "m").admission_warning
+    assert not v.Issue(v.SHAPE_MISMATCH, "m").admission_warning
 
 
 def test_summary_truncates() -> None:
