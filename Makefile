@@ -18,11 +18,11 @@ demo: setup
 	$(BIN)/python -m ensemble_examples.demo
 
 lint: setup
-	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench
+	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench e2e
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py
+	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet
 
 # Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), and the real Triton
 # server as a test peer (from the nvidia-pytriton wheel). Cold: about 25 minutes on 2 cores; warm: seconds.
