@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,8 +31,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+INLINE_BELOW_S = 0.0002  # executions this short run on the event loop: cheaper than two thread hand-offs
+_EWMA_WEIGHT = 0.2
+
+
 class OnnxInstance:
-    """Executes on a shared session from its own thread; requests in a batch run as one merged call."""
+    """Executes on a shared session; requests in a batch run as one merged call.
+
+    Where an execution runs is decided by how long executions take (a moving average): a model that runs
+    in microseconds runs on the event loop, since handing it to a thread and back costs more (and ORT's own
+    threads do the heavy work anyway); anything slower runs on the instance's pool thread, so the loop
+    stays responsive. The first executions always go to the pool.
+    """
 
     def __init__(
         self, session: ort.InferenceSession, pool: ThreadPoolExecutor, name: str, batched: bool, gpu: int | None = None
@@ -42,23 +53,39 @@ class OnnxInstance:
         self._batched = batched
         self._gpu = gpu  # CUDA device of a GPU session: run with IO binding
         self._outputs = [o.name for o in session.get_outputs()]
+        self._typical_s = 1.0  # moving average of execution time; starts high: the pool until measured
 
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        loop = asyncio.get_running_loop()
         if len(requests) == 1 or not self._batched:
             results: list[BackendResult] = []
             for request in requests:
                 try:
-                    results.append(await _on_pool(loop, self._pool, self._run, request.inputs))
+                    results.append(await self._dispatch(self._run, request.inputs))
                 except Exception as exc:
                     results.append(exc)
             return results
         try:
-            return list(await _on_pool(loop, self._pool, self._run_merged, requests))
+            return list(await self._dispatch(self._run_merged, requests))
         except Exception as exc:
             return [exc] * len(requests)
 
+    async def _dispatch(self, fn: Callable[[Any], T], arg: Any) -> T:
+        if self._typical_s < INLINE_BELOW_S:
+            return fn(arg)
+        return await _on_pool(asyncio.get_running_loop(), self._pool, fn, arg)
+
+    def _timed(self, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self._typical_s += _EWMA_WEIGHT * (elapsed - self._typical_s)
+
     def _run(self, inputs: Any) -> dict[str, Tensor]:
+        started = time.perf_counter()
+        try:
+            return self._run_session(inputs)
+        finally:
+            self._timed(started)
+
+    def _run_session(self, inputs: Any) -> dict[str, Tensor]:
         feeds = {name: _to_ort(array) for name, array in inputs.items()}
         try:
             if self._gpu is not None and bindable(feeds):
@@ -72,7 +99,7 @@ class OnnxInstance:
         sizes = [next(iter(r.inputs.values())).shape[0] if r.inputs else 1 for r in requests]
         names = list(requests[0].inputs)
         merged = {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in names}
-        outputs = self._run(merged)
+        outputs = self._run(merged)  # timed: a merged batch that takes long sends the next ones to the pool
         results: list[BackendResult] = []
         offset = 0
         for size in sizes:
