@@ -8,11 +8,15 @@ from pathlib import Path
 import pytest
 
 from e2e.kubelet import KubeletStandIn
-from tests.infra.conftest_plugin import control_plane, tool_locator
+from e2e.scenario import POD_CIDR, Stack, install_chart, upload_example_repository
+from tests.infra.conftest_plugin import CONTROL_PLANE_BINARIES, control_plane, tool_locator
 from tests.infra.controlplane import ApiError, ControlPlane
-from tests.infra.process import poll_until
+from tests.infra.minio import MinioServer
+from tests.infra.process import free_port, poll_until
+from tests.infra.tools import ToolLocator, require
+from tests.integration.operator.support import OperatorProcess
 
-__all__ = ["control_plane", "kubelet", "namespace", "tool_locator"]
+__all__ = ["control_plane", "kubelet", "namespace", "stack", "tool_locator"]
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +52,31 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     except ApiError as exc:
         if exc.status != 404:
             raise
+
+
+@pytest.fixture(scope="session")
+def stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The whole system for the scenario and rollover tests, started once per session: an own control
+    plane whose only node is the kubelet stand-in (no kwok nodes, so every pod really runs), MinIO with the
+    example repository in bucket `models` (a `.complete` marker per version), the chart installed with
+    Helm (URL webhook mode, no operator pod) and the operator as a local process with the chart's
+    ServiceAccount credentials."""
+    if os.geteuid() != 0:
+        pytest.skip("the kubelet stand-in needs root: mount namespaces, bind mounts, a local route for pod IPs")
+    require(*CONTROL_PLANE_BINARIES, "helm", "minio", locator=tool_locator)
+    workdir = tmp_path_factory.mktemp("e2e-stack")
+    keep = os.environ.get("ENSEMBLE_KEEP_WORKDIR", "") in {"1", "true", "yes"}
+    with (
+        ControlPlane(nodes=(), locator=tool_locator, keep_workdir=keep) as cp,
+        MinioServer(locator=tool_locator) as minio,
+        KubeletStandIn(cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR) as standin,
+    ):
+        poll_until(lambda: cp.node_ready(standin.node_name), timeout=30, what=f"node {standin.node_name} Ready")
+        upload_example_repository(minio.boto3_client(), workdir)
+        release = install_chart(cp, workdir / "release", free_port())
+        operator = OperatorProcess("e2e-operator", release, workdir / "operator", priority=100)
+        operator.start()
+        try:
+            yield Stack(cp, standin, minio, release, operator)
+        finally:
+            operator.stop()

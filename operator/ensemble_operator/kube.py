@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .status import PodReport, pod_problem
+from .status import PodReport, failed_versions, pod_problem, storage_problem
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -54,6 +54,7 @@ class Transport(Protocol):
 
 
 HttpGet = Callable[[str, float], Any]
+HttpPost = Callable[[str, bytes, float], Any]
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -65,6 +66,12 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
 
 def http_get_json(url: str, timeout: float) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def http_post_json(url: str, body: bytes, timeout: float) -> Any:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
@@ -89,10 +96,15 @@ class ApiError(RuntimeError):
 
 class KubeClient:
     def __init__(
-        self, transport: Transport, http_get: HttpGet = http_get_json, pod_timeout_seconds: float = 2.0
+        self,
+        transport: Transport,
+        http_get: HttpGet = http_get_json,
+        pod_timeout_seconds: float = 2.0,
+        http_post: HttpPost = http_post_json,
     ) -> None:
         self._transport = transport
         self._http_get = http_get
+        self._http_post = http_post
         self._pod_timeout = pod_timeout_seconds
         self.stats = WriteStats()
 
@@ -204,7 +216,9 @@ class KubeClient:
         self.stats.events += 1
 
     def pod_reports(self, namespace: str, ensemble: str) -> list[PodReport]:
-        """Readiness and served versions (GET /v2/ensembles/<name>/versions) of the runtime pods."""
+        """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability
+        (GET /v2/repository/status) and versions that failed to load (POST /v2/repository/index) of the
+        runtime pods. What a pod does not answer stays unknown (None / empty)."""
         reports: list[PodReport] = []
         for pod in self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble}):
             status = pod.get("status", {})
@@ -213,16 +227,31 @@ class KubeClient:
             )
             ip = status.get("podIP")
             versions: dict[str, int] | None = None
+            storage: str | None = None
+            failures: tuple[str, ...] = ()
             if ready and ip:
+                base = f"http://{ip}:{HTTP_PORT}"
                 try:
-                    doc = self._http_get(
-                        f"http://{ip}:{HTTP_PORT}/v2/ensembles/{ensemble}/versions", self._pod_timeout
-                    )
+                    doc = self._http_get(f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout)
                     versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
-                except (OSError, ValueError, AttributeError, TypeError):
+                except _POD_ERRORS:
                     versions = None
-            reports.append(PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod)))
+                try:
+                    storage = storage_problem(self._http_get(f"{base}/v2/repository/status", self._pod_timeout))
+                except _POD_ERRORS:
+                    storage = None
+                try:
+                    index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout)
+                    failures = failed_versions(index)
+                except _POD_ERRORS:
+                    failures = ()
+            reports.append(
+                PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures)
+            )
         return reports
+
+
+_POD_ERRORS = (OSError, ValueError, AttributeError, TypeError, KeyError)
 
 
 class ApiClientTransport:

@@ -5,7 +5,7 @@ unchanged world computes an identical status and nothing gets written."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,53 @@ class PodReport:
     # Why a pod that is not ready cannot become ready, from the pod's own status: the scheduler's
     # Unschedulable message, or a waiting container's reason (ImagePullBackOff, CrashLoopBackOff, ...).
     problem: str | None = None
+    # GET /v2/repository/status: why the model store cannot be listed (None: reachable, or unknown).
+    storage: str | None = None
+    # POST /v2/repository/index: "<model> <version>: <reason>" for each version that failed to load.
+    failed_versions: tuple[str, ...] = ()
+
+
+def storage_problem(doc: Any) -> str | None:
+    """The runtime's storage status (`{"reachable": bool, "sources": [{"source", "error"}, ...]}`) as one
+    line when some source cannot be reached, else None."""
+    if not isinstance(doc, dict) or doc.get("reachable", True):
+        return None
+    errors = [f"{s.get('source')}: {s.get('error')}" for s in doc.get("sources", []) if s.get("error")]
+    return "; ".join(errors) or "storage unreachable"
+
+
+def failed_versions(index: Any) -> tuple[str, ...]:
+    """Entries of the runtime's repository index that are UNAVAILABLE with a reason (a load or fetch
+    failure; "unloaded" is not one), as "<model> <version>: <reason>", sorted."""
+    if not isinstance(index, list):
+        return ()
+    found = {
+        f"{e['name']} {e.get('version') or '-'}: {e['reason']}"
+        for e in index
+        if isinstance(e, dict) and e.get("state") == "UNAVAILABLE" and e.get("reason") not in (None, "", "unloaded")
+    }
+    return tuple(sorted(found))
+
+
+def _grouped(pods: Sequence[PodReport], what: Callable[[PodReport], Sequence[str]]) -> str | None:
+    by_problem: dict[str, list[str]] = {}
+    for pod in pods:
+        if pod.ready:
+            for problem in what(pod):
+                by_problem.setdefault(problem, []).append(pod.name)
+    if not by_problem:
+        return None
+    return "; ".join(f"pod {', '.join(sorted(names))}: {problem}" for problem, names in sorted(by_problem.items()))
+
+
+def storage_problems(pods: Sequence[PodReport]) -> str | None:
+    """Ready pods that cannot reach the model store (they keep serving what they have)."""
+    return _grouped(pods, lambda p: [p.storage] if p.storage else [])
+
+
+def load_failures(pods: Sequence[PodReport]) -> str | None:
+    """Versions ready pods failed to load (they keep serving the previous version set)."""
+    return _grouped(pods, lambda p: p.failed_versions)
 
 
 def pod_problem(pod: dict[str, Any]) -> str | None:
@@ -154,6 +201,10 @@ def compute_status(
         if problems is not None:
             reason = "PodsUnschedulable" if "Unschedulable" in problems else "PodsFailing"
             deg_c = _cond("Degraded", True, reason, problems, gen)
+        elif (storage := storage_problems(pods)) is not None:
+            deg_c = _cond("Degraded", True, "StorageUnreachable", storage, gen)
+        elif (failed := load_failures(pods)) is not None:
+            deg_c = _cond("Degraded", True, "VersionLoadFailed", failed, gen)
         elif stalled:
             deg_c = _cond("Degraded", True, "ProgressDeadlineExceeded", "the rollout is stuck", gen)
         elif done is False and observed and updated == desired and ready < desired:

@@ -15,8 +15,15 @@ NS = "ml"
 
 
 def _served(url: str, timeout: float) -> Any:
+    if url.endswith("/v2/repository/status"):
+        return {"reachable": True, "sources": []}
     assert url.endswith("/v2/ensembles/image-pipeline/versions")
     return {"ensemble": "image-pipeline", "versions": {"classifier": 2, "preprocess": 1, "postprocess": 1}}
+
+
+def _index(url: str, body: bytes, timeout: float) -> Any:
+    assert url.endswith("/v2/repository/index")
+    return [{"name": "classifier", "version": "2", "state": "READY"}]
 
 
 @pytest.fixture
@@ -27,7 +34,7 @@ def world(ensemble: Ensemble, models: dict[str, Model]) -> tuple[FakeApi, Reconc
             object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True)
         )
     api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
-    kube = KubeClient(api, http_get=_served)
+    kube = KubeClient(api, http_get=_served, http_post=_index)
     return api, Reconciler(kube=kube, defaults=RuntimeDefaults(), clock=lambda: "2026-01-01T00:00:00Z")
 
 

@@ -10,7 +10,13 @@ from ensemble_operator.kube import KubeClient
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import RuntimeDefaults
 from ensemble_operator.settings import Settings
-from ensemble_operator.status import PodReport, compute_status, served_versions
+from ensemble_operator.status import (
+    PodReport,
+    compute_status,
+    failed_versions,
+    served_versions,
+    storage_problem,
+)
 from ensemble_operator.validation import Issue
 from fake_api import FakeApi
 
@@ -71,6 +77,41 @@ def test_served_versions_disagreement() -> None:
     assert served_versions(pods) == ({"m": 2}, False)
     assert served_versions(pods[:2]) == ({"m": 2}, True)
     assert served_versions([]) == (None, True)
+
+
+def test_storage_problem_from_the_runtime_status() -> None:
+    assert storage_problem({"reachable": True, "sources": [{"source": "s3", "error": None}]}) is None
+    assert storage_problem(None) is None
+    down = {"reachable": False, "sources": [{"source": "s3://models/a", "error": "connection refused"}]}
+    assert storage_problem(down) == "s3://models/a: connection refused"
+
+
+def test_failed_versions_from_the_repository_index() -> None:
+    index = [
+        {"name": "a", "version": "2", "state": "READY"},
+        {"name": "a", "version": "3", "state": "UNAVAILABLE", "reason": "bad onnx"},
+        {"name": "b", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"name": "c"},
+    ]
+    assert failed_versions(index) == ("a 3: bad onnx",)
+    assert failed_versions({"error": "x"}) == ()
+
+
+@pytest.mark.parametrize(
+    ("report", "reason"),
+    [
+        (PodReport("p", True, {"a": 2}, storage="s3: connection refused"), "StorageUnreachable"),
+        (PodReport("p", True, {"a": 2}, failed_versions=("a 3: bad onnx",)), "VersionLoadFailed"),
+        (PodReport("p", False, None, failed_versions=("a 3: bad onnx",)), "AsExpected"),  # only ready pods count
+    ],
+)
+def test_degraded_by_what_ready_pods_report(ensemble: Ensemble, report: PodReport, reason: str) -> None:
+    status = compute_status(ensemble, [], _deployment(2, 2, 2), [report], "t0")
+    degraded = {c.type: c for c in status.conditions}["Degraded"]
+    assert degraded.reason == reason
+    if reason != "AsExpected":
+        assert status.phase == "Degraded" and report.name in degraded.message
+        assert {c.type: c for c in status.conditions}["Ready"].status == "True"  # the old set keeps serving
 
 
 def test_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
