@@ -50,14 +50,15 @@ def render_service(ensemble: Ensemble) -> Manifest:
 
 
 def render_headless_service(ensemble: Ensemble) -> Manifest:
-    """Per-pod DNS; the operator also reads pods' served versions through the pod IPs."""
+    """For gRPC client-side balancing: DNS and EndpointSlices list the pods, and only the ready ones (a
+    client balancing over it must not get pods that are starting or draining)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata(ensemble, headless_service_name(ensemble)),
         "spec": {
             "clusterIP": "None",
-            "publishNotReadyAddresses": True,
+            "publishNotReadyAddresses": False,
             "selector": selector_labels(ensemble),
             "ports": [dict(p) for p in _PORTS],
         },
