@@ -15,7 +15,7 @@ from ensemble_runtime.errors import InferenceError, internal, not_found, unavail
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
-from ensemble_runtime.storage import Storage
+from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
@@ -96,7 +96,13 @@ class DataPlane:
 
     # ---- repository ---------------------------------------------------------------------------
     def storage_status(self) -> dict[str, object]:
-        """What the last syncs of remote repositories reported (for operators and probes)."""
+        """What the last syncs of remote repositories reported (for operators and probes), and `models`: the
+        versions found in storage per model (remote listings, plus the version folders of plain local
+        repositories)."""
+        cached = set(self.storage.roots)
+        local = {
+            name: list(loc.versions) for name, loc in self.manager.scan().items() if loc.path.parent not in cached
+        }
         return {
             "sources": [
                 {"source": s.label, "error": s.error, "errors": s.errors, "last_success": s.last_success,
@@ -104,6 +110,7 @@ class DataPlane:
                 for s in self.storage.status
             ],
             "reachable": all(not s.error for s in self.storage.status),
+            "models": merge_versions([self.storage.found_versions(), local]),
         }
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +21,8 @@ class Source(Protocol):
     async def sync(
         self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = (), *, settle: bool = False
     ) -> SyncReport: ...
+
+    def found_versions(self) -> dict[str, list[int]]: ...
 
 
 @dataclass(slots=True)
@@ -79,3 +81,15 @@ class Storage:
         for status in self.status:
             out.update(status.errors)
         return out
+
+    def found_versions(self) -> dict[str, list[int]]:
+        """Model -> sorted versions the sources' last successful listings showed (merged over sources)."""
+        return merge_versions(source.found_versions() for source in self.sources)
+
+
+def merge_versions(maps: Iterable[Mapping[str, Iterable[int]]]) -> dict[str, list[int]]:
+    merged: dict[str, set[int]] = {}
+    for found in maps:
+        for name, versions in found.items():
+            merged.setdefault(name, set()).update(versions)
+    return {name: sorted(versions) for name, versions in sorted(merged.items())}

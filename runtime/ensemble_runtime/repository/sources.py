@@ -5,7 +5,8 @@ which the model manager then scans like any local repository.
 - `RepositoryConfigSource`: the operator's JSON file naming each model's own source (S3 prefix or local
   directory), optional config overrides, and ensembles.
 
-Both expose `root` and `async sync(models=None, in_use=()) -> SyncReport`. `sync` never raises for storage
+Both expose `root`, `async sync(models=None, in_use=()) -> SyncReport` and `found_versions()` (the version
+folders each model's last successful listing showed, complete or not). `sync` never raises for storage
 errors: it reports them and leaves the cache as it was. Blocking work runs in threads. Completeness of
 versions still being uploaded: see `ensemble_runtime.repository.remote`.
 """
@@ -20,7 +21,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +121,11 @@ def list_local(name: str, path: Path) -> ModelListing:
     return group_model(name, items)
 
 
+def versions_of(listings: Mapping[str, ModelListing]) -> dict[str, list[int]]:
+    """Model -> the sorted version numbers its listing shows (complete or still being uploaded)."""
+    return {name: sorted(listing.versions) for name, listing in listings.items()}
+
+
 async def _gather_models(
     names: Collection[str], work: Callable[[str], ModelOutcome], report: SyncReport, concurrency: int
 ) -> None:
@@ -164,6 +170,9 @@ class S3Source:
             self._cache.prepare()
             self._storage = S3Storage(self._settings, self.location.endpoint_url)
         return self._storage
+
+    def found_versions(self) -> dict[str, list[int]]:
+        return versions_of(self._previous or {})
 
     def _list(self, models: Collection[str] | None) -> dict[str, ModelListing]:
         storage = self._storage_now()
@@ -243,7 +252,11 @@ class RepositoryConfigSource:
         self._cache = ModelCache(cache_dir)
         self._storages: dict[tuple[str | None, str | None, str | None], S3Storage] = {}
         self._previous: dict[str, ModelListing] = {}  # the last successful S3 listing, per model
+        self._local: dict[str, ModelListing] = {}  # the last listing of each local-directory model
         self._prepared = False
+
+    def found_versions(self) -> dict[str, list[int]]:
+        return {**versions_of(self._previous), **versions_of(self._local)}
 
     def _read_config(self) -> RepositoryConfig:
         try:
@@ -335,6 +348,7 @@ class RepositoryConfigSource:
         in_use: Collection[int],
     ) -> ModelOutcome:
         nowhere = LocalOrigin(self.root / ".none")
+        self._local.pop(name, None)  # runs in a thread, one per model: each touches only its own key
         ensemble = next((e for e in spec.ensembles if e.name == name), None)
         if ensemble is not None:
             config = _override(name, ensemble.config_pbtxt, self.config_path)
@@ -352,6 +366,7 @@ class RepositoryConfigSource:
         else:
             origin = LocalOrigin(Path(model.source))
             listing = before = list_local(name, Path(model.source))  # local directories count as complete
+            self._local[name] = listing
         return materialise_model(
             self._cache, name, origin, listing, before, in_use, override, _FETCH_ERRORS, force_name=True
         )

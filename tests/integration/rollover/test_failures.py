@@ -103,6 +103,7 @@ def test_throttled_poll_still_delivers_the_new_version(s3: S3Helper, proxy: Faul
         assert sum(status == 503 for _, _, status in proxy.requests()) == 4
         status = storage_status(proc)
         assert status["reachable"] and status["sources"][0]["errors"] == {}, status
+        assert status["models"] == {ENSEMBLE: [], "step_a": [1, 2], "step_b": [1]}, status
         outcomes = load.stop()
     assert_consistent(outcomes)
 
@@ -126,6 +127,7 @@ def test_truncated_version_is_not_loaded_until_a_poll_succeeds(s3: S3Helper, pro
             proc,
         )
         assert "bytes, the listing says" in status["sources"][0]["errors"]["step_a/2"], status
+        assert status["models"]["step_a"] == [1, 2], status  # found in storage, though it cannot be loaded
         entry = index_entries(proc, "step_a")["2"]
         assert entry["state"] == "UNAVAILABLE" and entry["reason"].startswith("storage:"), entry
         assert metric(proc, "ensemble_repository_fetch_errors") == 1.0

@@ -109,6 +109,7 @@ async def test_repository_config_source_local(tmp_path: Path) -> None:
     assert 'name: "pre"' in (source.root / "pre" / "config.pbtxt").read_text()  # name forced
     assert sorted(found["cls"].versions) == [2]  # the override has the default policy: latest 1
     assert list(found["pipe"].versions) == [1] and 'name: "pipe"' in (source.root / "pipe" / "config.pbtxt").read_text()
+    assert source.found_versions() == {"pre": [1], "cls": [1, 2]}  # in the directories, not only what loads
 
     path.write_text("{not json")
     report = await source.sync()
@@ -121,6 +122,7 @@ async def test_repository_config_source_local(tmp_path: Path) -> None:
     assert report.error == "" and (source.root / "cls" / "2").is_dir()  # dropped but in use
     report = await source.sync()
     assert report.models_changed == {"cls"} and sorted(scan_roots([source.root])) == ["pipe", "pre"]
+    assert source.found_versions() == {"pre": [1]}
 
 
 @pytest.mark.asyncio
