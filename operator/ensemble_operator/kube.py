@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .status import PodReport, failed_versions, pod_problem, storage_problem
+from .status import PodReport, failed_versions, found_versions, pod_problem, storage_problem
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -216,9 +216,9 @@ class KubeClient:
         self.stats.events += 1
 
     def pod_reports(self, namespace: str, ensemble: str) -> list[PodReport]:
-        """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability
-        (GET /v2/repository/status) and versions that failed to load (POST /v2/repository/index) of the
-        runtime pods. What a pod does not answer stays unknown (None / empty)."""
+        """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability and the
+        versions found in storage (GET /v2/repository/status) and versions that failed to load
+        (POST /v2/repository/index) of the runtime pods. What a pod does not answer stays unknown (None / empty)."""
         reports: list[PodReport] = []
         for pod in self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble}):
             status = pod.get("status", {})
@@ -228,6 +228,7 @@ class KubeClient:
             ip = status.get("podIP")
             versions: dict[str, int] | None = None
             storage: str | None = None
+            found: dict[str, tuple[int, ...]] | None = None
             failures: tuple[str, ...] = ()
             if ready and ip:
                 base = f"http://{ip}:{HTTP_PORT}"
@@ -237,16 +238,17 @@ class KubeClient:
                 except _POD_ERRORS:
                     versions = None
                 try:
-                    storage = storage_problem(self._http_get(f"{base}/v2/repository/status", self._pod_timeout))
+                    doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout)
+                    storage, found = storage_problem(doc), found_versions(doc)
                 except _POD_ERRORS:
-                    storage = None
+                    storage, found = None, None
                 try:
                     index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout)
                     failures = failed_versions(index)
                 except _POD_ERRORS:
                     failures = ()
             reports.append(
-                PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures)
+                PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures, found)
             )
         return reports
 

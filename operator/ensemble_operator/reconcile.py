@@ -12,7 +12,7 @@ from .api.v1alpha1 import API_VERSION, Ensemble, Model
 from .kube import KubeClient
 from .plan import plan_ensemble
 from .render.common import RuntimeDefaults
-from .status import compute_model_status, compute_status
+from .status import PodReport, compute_model_status, compute_status, versions_found
 from .validation import validate_ensemble
 
 logger = logging.getLogger(__name__)
@@ -29,8 +29,10 @@ class Reconciler:
     clock: Callable[[], str] = utc_now
 
     def models(self, namespace: str) -> dict[str, Model]:
-        items = self.kube.list_objects(API_VERSION, "Model", namespace)
-        return {m["metadata"]["name"]: Model.model_validate(m) for m in items}
+        return {name: Model.model_validate(body) for name, body in self._model_bodies(namespace).items()}
+
+    def _model_bodies(self, namespace: str) -> dict[str, dict[str, Any]]:
+        return {m["metadata"]["name"]: m for m in self.kube.list_objects(API_VERSION, "Model", namespace)}
 
     def ensembles_using(self, namespace: str, model: str) -> list[dict[str, Any]]:
         return [
@@ -43,12 +45,16 @@ class Reconciler:
         """Reconcile one Ensemble; returns the phase. Writes nothing when nothing changed."""
         ens = Ensemble.model_validate(body)
         ns, name = ens.metadata.namespace, ens.metadata.name
-        plan = plan_ensemble(ens, self.models(ns), self.defaults)
+        bodies = self._model_bodies(ns)
+        plan = plan_ensemble(ens, {n: Model.model_validate(b) for n, b in bodies.items()}, self.defaults)
         applied = sum(self.kube.apply(obj) for obj in plan.apply)
         deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
         pods = self.kube.pod_reports(ns, name) if deployment is not None else []
         status = compute_status(ens, plan.issues, deployment, pods, self.clock())
+        self.record_versions_found(
+            ns, [bodies[s.model_ref.name] for s in ens.spec.steps if s.model_ref.name in bodies], pods
+        )
         old_phase = (body.get("status") or {}).get("phase")
         written = self.kube.patch_status(API_VERSION, "Ensemble", ns, name, status.to_wire(), body.get("status"))
         if applied or deleted or written:
@@ -66,6 +72,21 @@ class Reconciler:
             warn = status.phase in ("Invalid", "Degraded")
             self.kube.emit_event(body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal")
         return status.phase or "Unknown"
+
+    def record_versions_found(self, namespace: str, models: list[dict[str, Any]], pods: list[PodReport]) -> int:
+        """Write each Model's status.versionsFound from what the ready pods found in storage (the runtime
+        names a model as its Model resource); only where it changed. Returns the number of Models written."""
+        found = versions_found(pods, {m["metadata"]["name"] for m in models})
+        written = 0
+        for body in {m["metadata"]["name"]: m for m in models}.values():
+            name, live = body["metadata"]["name"], body.get("status") or {}
+            if name not in found or live.get("versionsFound") == found[name]:
+                continue
+            new = {k: v for k, v in live.items() if k != "kopf"} | {"versionsFound": found[name]}
+            if self.kube.patch_status(API_VERSION, "Model", namespace, name, new, live):
+                logger.info("Model %s/%s: versions found in storage %s", namespace, name, found[name])
+                written += 1
+        return written
 
     def model(self, body: dict[str, Any]) -> None:
         """Refresh a Model's status, then re-reconcile every Ensemble that references it."""

@@ -5,7 +5,7 @@ unchanged world computes an identical status and nothing gets written."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ class PodReport:
     storage: str | None = None
     # POST /v2/repository/index: "<model> <version>: <reason>" for each version that failed to load.
     failed_versions: tuple[str, ...] = ()
+    # GET /v2/repository/status "models": model -> versions found in storage (None: unknown).
+    found: Mapping[str, tuple[int, ...]] | None = None
 
 
 def storage_problem(doc: Any) -> str | None:
@@ -37,6 +39,31 @@ def storage_problem(doc: Any) -> str | None:
         return None
     errors = [f"{s.get('source')}: {s.get('error')}" for s in doc.get("sources", []) if s.get("error")]
     return "; ".join(errors) or "storage unreachable"
+
+
+def found_versions(doc: Any) -> dict[str, tuple[int, ...]] | None:
+    """The runtime's storage status `models` (`{"<model>": [<version>, ...]}`, the versions each model's
+    storage listing showed) as sorted tuples; None when absent or malformed (an older runtime)."""
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, dict):
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    for name, versions in models.items():
+        if isinstance(name, str) and isinstance(versions, list):
+            out[name] = tuple(sorted({v for v in versions if isinstance(v, int) and not isinstance(v, bool)}))
+    return out
+
+
+def versions_found(pods: Sequence[PodReport], models: Collection[str]) -> dict[str, list[int]]:
+    """For each of `models` some ready pod reported: the union of the versions ready pods found in storage.
+    Models no ready pod reported are left out (their last known versions stand)."""
+    union: dict[str, set[int]] = {}
+    for pod in pods:
+        if pod.ready and pod.found is not None:
+            for name in models:
+                if name in pod.found:
+                    union.setdefault(name, set()).update(pod.found[name])
+    return {name: sorted(versions) for name, versions in sorted(union.items())}
 
 
 def failed_versions(index: Any) -> tuple[str, ...]:
@@ -240,7 +267,8 @@ def compute_model_status(
     model: Model, in_use_by: Sequence[str], now: str, deletion_blocked: str | None = None
 ) -> ModelStatus:
     """Model status: its policy summary and an Accepted condition (plus DeletionBlocked while a deletion
-    waits for the Ensembles that use it); versionsFound is kept as reported."""
+    waits for the Ensembles that use it); versionsFound is kept as the Ensemble reconcile recorded it (from the
+    runtime pods' storage listings, see `versions_found`)."""
     gen = model.metadata.generation
     users = ", ".join(sorted(in_use_by)) or "no Ensemble"
     conditions = [_cond("Accepted", True, "Valid", f"used by {users}", gen)]

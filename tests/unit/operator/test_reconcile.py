@@ -14,9 +14,17 @@ from fake_api import FakeApi
 NS = "ml"
 
 
+# What each pod's storage listing shows: the two pods saw different versions of classifier (one listed
+# while version 3 was being uploaded); "image-pipeline" is the ensemble, not a Model.
+FOUND = {
+    "10.0.0.0": {"classifier": [1, 2], "preprocess": [1], "postprocess": [1], "image-pipeline": []},
+    "10.0.0.1": {"classifier": [2, 3], "preprocess": [1], "image-pipeline": []},
+}
+
+
 def _served(url: str, timeout: float) -> Any:
     if url.endswith("/v2/repository/status"):
-        return {"reachable": True, "sources": []}
+        return {"reachable": True, "sources": [], "models": FOUND[url.split("//")[1].split(":")[0]]}
     assert url.endswith("/v2/ensembles/image-pipeline/versions")
     return {"ensemble": "image-pipeline", "versions": {"classifier": 2, "preprocess": 1, "postprocess": 1}}
 
@@ -74,6 +82,36 @@ def test_second_reconcile_writes_nothing(world: tuple[FakeApi, Reconciler]) -> N
     rec.ensemble(_ensemble_body(api))
     assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
     assert [m for m, _ in api.requests[seen:]] == ["GET"] * (len(api.requests) - seen)
+
+
+def _model_status(api: FakeApi, name: str) -> dict[str, Any]:
+    return api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)].get("status", {})
+
+
+def test_versions_found_recorded_once_then_pinned_versions_checked(world: tuple[FakeApi, Reconciler]) -> None:
+    api, rec = world
+    rec.ensemble(_ensemble_body(api))
+    assert _model_status(api, "classifier").get("versionsFound") is None  # no pod has reported yet
+    _mark_deployment_ready(api)
+    patches = rec.kube.stats.status_patches
+    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert _model_status(api, "classifier")["versionsFound"] == [1, 2, 3]  # the union over ready pods
+    assert _model_status(api, "preprocess")["versionsFound"] == [1]
+    assert _model_status(api, "postprocess")["versionsFound"] == [1]
+    assert rec.kube.stats.status_patches == patches + 4  # three Models and the Ensemble
+    settled = rec.kube.stats.writes
+    rec.ensemble(_ensemble_body(api))
+    assert rec.kube.stats.writes == settled, "unchanged versions found must not be written again"
+    classifier = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")]
+    rec.model_status(classifier)  # the Model's own status refresh keeps what the pods reported
+    assert _model_status(api, "classifier")["versionsFound"] == [1, 2, 3]
+
+    _ensemble_body(api)["spec"]["steps"][1]["modelVersion"] = 7
+    assert rec.ensemble(_ensemble_body(api)) == "Invalid"
+    ready = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Ready"]
+    assert "pins version 7 of Model 'classifier'" in ready["message"] and "[1, 2, 3]" in ready["message"]
+    _ensemble_body(api)["spec"]["steps"][1]["modelVersion"] = 3
+    assert rec.ensemble(_ensemble_body(api)) == "Ready"
 
 
 def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconciler]) -> None:

@@ -14,8 +14,10 @@ from ensemble_operator.status import (
     PodReport,
     compute_status,
     failed_versions,
+    found_versions,
     served_versions,
     storage_problem,
+    versions_found,
 )
 from ensemble_operator.validation import Issue
 from fake_api import FakeApi
@@ -84,6 +86,25 @@ def test_storage_problem_from_the_runtime_status() -> None:
     assert storage_problem(None) is None
     down = {"reachable": False, "sources": [{"source": "s3://models/a", "error": "connection refused"}]}
     assert storage_problem(down) == "s3://models/a: connection refused"
+
+
+def test_found_versions_from_the_runtime_status() -> None:
+    doc = {"reachable": True, "sources": [], "models": {"a": [3, 1, 3], "b": [], "c": ["2", True, 4], "d": "x"}}
+    assert found_versions(doc) == {"a": (1, 3), "b": (), "c": (4,)}
+    assert found_versions({"reachable": True, "sources": []}) is None  # an older runtime
+    assert found_versions(None) is None and found_versions({"models": [1]}) is None
+
+
+def test_versions_found_is_the_union_over_ready_pods() -> None:
+    pods = [
+        PodReport("p0", True, None, found={"a": (1, 2), "b": (1,)}),
+        PodReport("p1", True, None, found={"a": (2, 3)}),
+        PodReport("p2", False, None, found={"a": (9,), "c": (1,)}),  # not ready: not counted
+        PodReport("p3", True, None),  # did not answer
+    ]
+    assert versions_found(pods, {"a", "b", "c", "d"}) == {"a": [1, 2, 3], "b": [1]}
+    assert versions_found(pods, {"b"}) == {"b": [1]}
+    assert versions_found([], {"a"}) == {}
 
 
 def test_failed_versions_from_the_repository_index() -> None:
