@@ -143,6 +143,13 @@ class Rollover:
     def wait(self, predicate: Any, what: str, timeout: float = SWITCH_TIMEOUT) -> JSON:
         return wait_ensemble(self.stack, self.ns, NAME, predicate, what, timeout=timeout)
 
+    def versions_found(self) -> dict[str, Any]:
+        """Each step Model's status.versionsFound (what the runtime pods listed in storage)."""
+        models = (
+            json.loads(self.stack.cp.kubectl("get", "model", m, "-n", self.ns, "-o", "json").stdout) for m in STEPS
+        )
+        return {m["metadata"]["name"]: m.get("status", {}).get("versionsFound") for m in models}
+
     def endpoints(self) -> list[str]:
         return ready_endpoints(self.stack.cp, self.ns, NAME)
 
@@ -218,6 +225,8 @@ def test_rollover_and_failures_under_load(rollover: Rollover) -> None:
         fig = r.window("s3 upload v2", since, {(1, 1), (2, 2)})
         assert r.pods() == before, "pods restarted or were replaced"
         assert (fig["failed"], fig["mixed"]) == (0, 0), fig
+        both = {"step-a": [1, 2], "step-b": [1, 2]}
+        wait_for(lambda: r.versions_found() == both, "versionsFound [1, 2] on both Models", timeout=60)
 
         # 2. A corrupt version: the old set keeps serving, Degraded names it; the corrected upload recovers.
         since = time.monotonic()
