@@ -32,7 +32,8 @@ class Plan:
 
     apply: list[Manifest] = field(default_factory=list)
     delete: list[ObjectKey] = field(default_factory=list)
-    issues: list[Issue] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)  # block every write
+    warnings: list[Issue] = field(default_factory=list)  # reported, do not block (storage may gain a version)
 
     @property
     def valid(self) -> bool:
@@ -41,10 +42,14 @@ class Plan:
 
 def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: RuntimeDefaults) -> Plan:
     """What the cluster should hold for `ensemble`. An invalid ensemble plans no writes at all: the
-    objects of the last valid spec keep serving while status reports the problem."""
-    issues = validate_ensemble(ensemble.spec, models)
+    objects of the last valid spec keep serving while status reports the problem. A pinned version that
+    Model status has not listed yet does not block (the listing may be stale, e.g. after a source change;
+    the runtime refuses a version that really is missing and keeps serving the old set)."""
+    found = validate_ensemble(ensemble.spec, models)
+    issues = [i for i in found if not i.admission_warning]
+    warnings = [i for i in found if i.admission_warning]
     if issues:
-        return Plan(issues=issues)
+        return Plan(issues=found)
     objects = [
         render_config_map(ensemble, render_repository_config(ensemble, models)),
         render_service(ensemble),
@@ -61,4 +66,4 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
         delete.append(hpa_key)
     else:
         objects.append(hpa)
-    return Plan(apply=objects, delete=delete)
+    return Plan(apply=objects, delete=delete, warnings=warnings)

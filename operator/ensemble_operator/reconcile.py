@@ -51,7 +51,7 @@ class Reconciler:
         deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
         pods = self.kube.pod_reports(ns, name) if deployment is not None else []
-        status = compute_status(ens, plan.issues, deployment, pods, self.clock())
+        status = compute_status(ens, plan.issues, deployment, pods, self.clock(), plan.warnings)
         self.record_versions_found(
             ns, [bodies[s.model_ref.name] for s in ens.spec.steps if s.model_ref.name in bodies], pods
         )

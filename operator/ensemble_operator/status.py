@@ -191,6 +191,7 @@ def compute_status(
     deployment: dict[str, Any] | None,
     pods: Sequence[PodReport],
     now: str,
+    warnings: Sequence[Issue] = (),
 ) -> EnsembleStatus:
     gen = ensemble.metadata.generation
     versions, agree = served_versions(pods)
@@ -234,6 +235,8 @@ def compute_status(
             deg_c = _cond("Degraded", True, "VersionLoadFailed", failed, gen)
         elif stalled:
             deg_c = _cond("Degraded", True, "ProgressDeadlineExceeded", "the rollout is stuck", gen)
+        elif warnings:
+            deg_c = _cond("Degraded", True, "VersionNotFound", summarize(warnings), gen)
         elif done is False and observed and updated == desired and ready < desired:
             deg_c = _cond("Degraded", True, "ReplicasUnavailable", f"{ready}/{desired} replicas ready", gen)
         else:
