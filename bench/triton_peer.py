@@ -16,17 +16,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import tempfile
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-
-from tests.support.ports import free_port
+from tests.support.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_SCRIPT = REPO_ROOT / "tools" / "setup-triton.sh"
@@ -115,111 +110,32 @@ def not_installed_reason() -> str | None:
     return None
 
 
-class TritonPeer:
+class TritonPeer(ServerProcess):
     """Starts the real `tritonserver` on `repositories`; `wait_live` polls ServerLive with a deadline."""
+
+    label = "tritonserver"
 
     def __init__(self, repositories: Sequence[Path | str], extra_args: Sequence[str] = (),
                  install: TritonInstall | None = None) -> None:
+        super().__init__()
         self.install = install or require_install()
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
         self.args = [
             str(self.install.tritonserver),
             *(f"--model-repository={r}" for r in repositories),
             f"--backend-directory={self.install.backend_directory}",
-            f"--grpc-port={self.grpc_port}", f"--http-port={self.http_port}", f"--metrics-port={self.metrics_port}",
-            "--grpc-address=127.0.0.1", "--http-address=127.0.0.1", "--metrics-address=127.0.0.1",
+            *self.ports_args(),
             "--allow-gpu-metrics=false", "--exit-timeout-secs=10",
             *extra_args,
         ]
         self.env = self.install.environment()
-        self._log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log", delete=False)  # noqa: SIM115
-        self.log_path = Path(self._log.name)
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None, "not started"
-        return self.proc.pid
+    def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        return self.args, self.env
 
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+    def start(self, timeout: float = 120.0) -> Self:
+        return super().start(timeout)
 
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def start(self, timeout: float = 120.0) -> TritonPeer:
-        # Own session: on a hard stop the python-backend stub processes go with the server's process group.
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
-        self.wait_live(timeout)
-        return self
-
-    def wait_live(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        client = grpcclient.InferenceServerClient(self.grpc_url)
-        try:
-            while time.monotonic() < deadline:
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
-                try:
-                    if client.is_server_live():
-                        return
-                except Exception:  # not listening yet
-                    pass
-                time.sleep(0.05)
-        finally:
-            client.close()
-        raise TimeoutError(f"tritonserver not live after {timeout}s:\n{self.log_text()[-4000:]}")
-
-    def wait_model_ready(self, name: str, timeout: float = 120.0, version: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        with grpcclient.InferenceServerClient(self.grpc_url) as client:
-            while time.monotonic() < deadline:
-                if client.is_model_ready(name, version):
-                    return
-                time.sleep(0.05)
-        raise TimeoutError(f"model '{name}' not ready after {timeout}s:\n{self.log_text()[-4000:]}")
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        with grpcclient.InferenceServerClient(self.grpc_url) as client:
-            while time.monotonic() < deadline:
-                if client.is_server_ready():
-                    return
-                time.sleep(0.05)
-        raise TimeoutError(f"tritonserver not ready after {timeout}s:\n{self.log_text()[-4000:]}")
-
-    def grpc_client(self) -> grpcclient.InferenceServerClient:
-        return grpcclient.InferenceServerClient(self.grpc_url)
-
-    def http_client(self) -> httpclient.InferenceServerClient:
-        return httpclient.InferenceServerClient(self.http_url)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        with contextlib.suppress(ProcessLookupError):  # stubs left behind by a killed server
+    def after_stop(self) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):  # python-backend stubs left behind by a killed server
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self._log.close()
-        return self.proc.returncode
-
-    def __enter__(self) -> TritonPeer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
