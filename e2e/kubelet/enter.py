@@ -4,7 +4,8 @@ volumes onto their mountPaths, change to the working directory and exec the cont
 Standard library only, started as `python -I -S enter.py '<json>'` so it is quick and imports nothing of
 the project. Every source is opened (O_PATH) before anything is mounted and bound through
 /proc/self/fd/N, so mounting one volume cannot hide another's source: an emptyDir on /tmp must not hide
-a ConfigMap's directory that lives under /tmp on the host.
+a ConfigMap's directory that lives under /tmp on the host. The `keep` paths (the project checkout and its
+venv, which stand in for the image) are bound back where a volume covers one of their parents.
 """
 
 from __future__ import annotations
@@ -42,11 +43,20 @@ def main(spec: dict[str, object]) -> None:
     mounts = spec["mounts"]
     assert isinstance(mounts, list)
     opened = [(os.open(m["source"], os.O_PATH), m) for m in mounts]  # before any mount hides a source
+    keep = spec.get("keep", [])
+    assert isinstance(keep, list)
+    kept = [(os.open(path, os.O_PATH), path) for path in keep]
     for fd, m in sorted(opened, key=lambda pair: pair[1]["target"].rstrip("/").count("/")):
         _mount_point(m["target"], stat.S_ISDIR(os.fstat(fd).st_mode))
         _mount(libc, f"/proc/self/fd/{fd}", m["target"], MS_BIND | MS_REC)
         if m["read_only"]:
             _mount(libc, None, m["target"], MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(fd)
+    targets = [m["target"].rstrip("/") + "/" for m in mounts]
+    for fd, path in kept:  # the stand-in image: put it back where a volume covered one of its parents
+        if any((path.rstrip("/") + "/").startswith(t) for t in targets):
+            _mount_point(path, True)
+            _mount(libc, f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
         os.close(fd)
     working_dir = spec.get("working_dir")
     if isinstance(working_dir, str) and working_dir:

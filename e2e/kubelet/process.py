@@ -111,6 +111,14 @@ class Mount:
     read_only: bool = False
 
 
+def _stand_in_image() -> list[str]:
+    """What stands in for the image (the project checkout, its venv, the base Python): a volume mounted over
+    a parent of these (an emptyDir on /tmp, when the checkout lives under /tmp) must not hide them."""
+    project = Path(__file__).resolve().parents[2]
+    paths = {str(project), sys.prefix, sys.base_prefix}
+    return sorted(p for p in paths if Path(p).is_dir())
+
+
 def _tool(name: str) -> str:
     return shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") or name
 
@@ -121,6 +129,7 @@ def wrapper_argv(mounts: Sequence[Mount], working_dir: str | None, argv: Sequenc
         "mounts": [{"source": str(m.source), "target": m.target, "read_only": m.read_only} for m in mounts],
         "working_dir": working_dir,
         "argv": list(argv),
+        "keep": _stand_in_image(),
     }
     enter = [sys.executable, "-I", "-S", str(Path(__file__).with_name("enter.py")), json.dumps(spec)]
     return [_tool("unshare"), "--mount", "--propagation", "private", "--", *enter]
