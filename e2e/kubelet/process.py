@@ -111,7 +111,7 @@ class Mount:
     read_only: bool = False
 
 
-def _stand_in_image() -> list[str]:
+def stand_in_image() -> list[str]:
     """What stands in for the image (the project checkout, its venv, the base Python): a volume mounted over
     a parent of these (an emptyDir on /tmp, when the checkout lives under /tmp) must not hide them."""
     project = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ def wrapper_argv(mounts: Sequence[Mount], working_dir: str | None, argv: Sequenc
         "mounts": [{"source": str(m.source), "target": m.target, "read_only": m.read_only} for m in mounts],
         "working_dir": working_dir,
         "argv": list(argv),
-        "keep": _stand_in_image(),
+        "keep": stand_in_image(),
     }
     enter = [sys.executable, "-I", "-S", str(Path(__file__).with_name("enter.py")), json.dumps(spec)]
     return [_tool("unshare"), "--mount", "--propagation", "private", "--", *enter]

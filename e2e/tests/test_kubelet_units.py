@@ -12,7 +12,7 @@ import pytest
 from e2e.kubelet.network import AddressPool, listening_addresses, runtime_address_args
 from e2e.kubelet.objects import ConfigError, field_value
 from e2e.kubelet.probes import ProbeState, resolve_port
-from e2e.kubelet.process import Mount, container_argv, expand, is_runtime, wrapper_argv
+from e2e.kubelet.process import Mount, container_argv, expand, is_runtime, stand_in_image, wrapper_argv
 from e2e.kubelet.volumes import DATA, atomic_write
 
 POD = {
@@ -50,6 +50,7 @@ def test_wrapper_unshares_a_mount_namespace_and_passes_the_mounts() -> None:
     assert spec == {
         "mounts": [{"source": "/src", "target": "/etc/x", "read_only": True}],
         "working_dir": "/work",
+        "keep": stand_in_image(),
         "argv": ["sleep", "1"],
     }
 

@@ -103,7 +103,7 @@ class MinioServer:
         proc.start()
         try:
             poll_until(
-                lambda: http_status(f"{self.endpoint_url}/minio/health/ready") == 200,
+                lambda: http_status(f"{self.endpoint_url}/minio/health/ready") == 200 and self._answers_s3(),
                 timeout=self._startup_timeout,
                 what=f"minio at {self.endpoint_url}",
                 alive=[proc],
@@ -112,6 +112,16 @@ class MinioServer:
         except BaseException:
             self.stop()
             raise
+
+    def _answers_s3(self) -> bool:
+        """Health says ready a moment before the object layer is (XMinioServerNotInitialized): ask S3 itself."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.boto3_client(max_attempts=1).list_buckets()
+        except (BotoCoreError, ClientError):
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL); data stays for the next start()."""
