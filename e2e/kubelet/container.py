@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .api import JSON, ApiError
+from .network import netns_name
 from .objects import ConfigError
 from .probes import ProbeState, run_handler
 from .process import ContainerProcess, PodContext, container_argv, container_env
@@ -73,7 +74,9 @@ class ContainerRunner:
             return
         if self.status.last_terminated is not None:
             self.status.restart_count += 1
-        self.process = ContainerProcess(argv, env, mounts, self.spec.get("workingDir"), self.log_path)
+        self.process = ContainerProcess(
+            argv, env, mounts, self.spec.get("workingDir"), self.log_path, netns_name(ctx.pod_ip)
+        )
         log.info(
             "started %s/%s container %s: pid %d: %s",
             ctx.namespace,

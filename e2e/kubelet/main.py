@@ -15,7 +15,7 @@ from typing import Self
 
 from .api import JSON, KubeClient
 from .container import RunSettings
-from .network import DEFAULT_POD_CIDR, LOOPBACK_POD_CIDR, AddressPool, ensure_local_route
+from .network import DEFAULT_POD_CIDR, AddressPool, ensure_bridge, remove_bridge
 from .node import NodeAgent, NodeSpec
 from .pods import PodManager, wait_for
 from .worker import PodWorker, pod_dir_name
@@ -90,7 +90,7 @@ class KubeletStandIn:
 
     @property
     def pod_cidr(self) -> str:
-        """Where pod IPs come from: `pod_cidr`, or 127.0.1.0/24 if that could not be made local."""
+        """Where pod IPs come from; the first address is the gateway (the host side, e.g. for S3)."""
         if self._pool is None:
             raise RuntimeError("the kubelet stand-in is not started")
         return str(self._pool.network)
@@ -120,9 +120,7 @@ class KubeletStandIn:
         log.setLevel(logging.INFO)
         self._log_handler = handler
         cidr = self._pod_cidr
-        if not ensure_local_route(cidr):
-            log.warning("pod IPs fall back to %s: EndpointSlices will refuse them", LOOPBACK_POD_CIDR)
-            cidr = LOOPBACK_POD_CIDR
+        ensure_bridge(cidr)  # pods are network namespaces hanging off this bridge (needs root)
         self._pool = AddressPool(cidr)
         self._agent.start()
         self._pods.start()
@@ -131,6 +129,7 @@ class KubeletStandIn:
     def stop(self) -> None:
         self._pods.stop()
         self._agent.stop(self._deregister)
+        remove_bridge(self._pod_cidr)
         if self._log_handler is not None:
             log.removeHandler(self._log_handler)
             self._log_handler.close()

@@ -1,15 +1,10 @@
-"""Pod IPs: one local address per pod, standing in for each pod's own network namespace.
+"""Pod networks: each pod is a test host in its own network namespace, as in a cluster.
 
-The pods' processes share the host's network namespace, so two pods cannot both listen on 0.0.0.0:8000.
-Instead every pod gets its own local address, reported as its podIP, and its processes bind that address:
-tests and the endpoint slice controller see distinct pod IPs serving the same ports, as in a cluster.
-The runtime is told its address (`runtime_address_args`); test commands bind `$(POD_IP)` from a fieldRef.
-Programs that bind 0.0.0.0 on a fixed port still collide across pods.
-
-The addresses come from a /24 that is made local as a whole, the way 127.0.0.0/8 is, by one route:
-`ip route add local 10.250.0.0/24 dev lo` (needs CAP_NET_ADMIN; left in place on exit, it is harmless).
-Loopback addresses (127.0.1.N) would need no route, but the API server refuses them in EndpointSlices
-("may not be in the loopback range"), so they are only the fallback when the route cannot be added.
+`ip netns add` per pod, a veth pair whose pod end is `eth0` with the pod IP, whose host end joins a bridge
+that holds the CIDR's first address (the pods' gateway; the host reaches every pod through it). Pods
+reach host services (S3 in the tests) at that gateway address. All of it lives inside this machine: the
+bridge has no uplink. The API server refuses loopback addresses in EndpointSlices, which is why pods are
+not simply given 127.0.1.N.
 """
 
 from __future__ import annotations
@@ -24,39 +19,79 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 DEFAULT_POD_CIDR = "10.250.0.0/24"
-LOOPBACK_POD_CIDR = "127.0.1.0/24"
 
 
-def ensure_local_route(cidr: str) -> bool:
-    """Make every address of `cidr` local (bindable, routed to lo); False if that is not possible."""
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("ip", path="/usr/sbin:/usr/bin:/sbin:/bin") or "ip"
+    done = subprocess.run([tool, *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+def gateway(cidr: str) -> str:
+    """The CIDR's first address: held by the bridge on the host side; the pods' default gateway."""
+    return str(next(ipaddress.ip_network(cidr).hosts()))
+
+
+def bridge_name(cidr: str) -> str:
     network = ipaddress.ip_network(cidr)
-    if network.is_loopback:
-        return True
-    ip = shutil.which("ip", path="/usr/sbin:/usr/bin:/sbin:/bin")
-    if ip is None:
-        return False
-    shown = subprocess.run([ip, "route", "show", "table", "local", str(network)], capture_output=True, text=True)
-    if shown.returncode == 0 and shown.stdout.strip():
-        return True
-    added = subprocess.run([ip, "route", "add", "local", str(network), "dev", "lo"], capture_output=True, text=True)
-    if added.returncode != 0:
-        log.warning("cannot make %s local (%s)", network, added.stderr.strip())
-    return added.returncode == 0
+    return f"e2ebr{int(network.network_address) & 0xFFFFFF:x}"[:15]
 
 
-def listening_addresses(proc_net_tcp: Path = Path("/proc/net/tcp")) -> set[str]:
-    """IPv4 addresses something listens on (e.g. another stand-in's pods), from /proc/net/tcp."""
-    out = set()
-    for line in proc_net_tcp.read_text().splitlines()[1:]:
-        fields = line.split()
-        if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
-            out.add(str(ipaddress.IPv4Address(bytes.fromhex(fields[1].split(":")[0])[::-1])))
-    return out
+def netns_name(pod_ip: str) -> str:
+    return "e2e-" + pod_ip.replace(".", "-")
+
+
+def ensure_bridge(cidr: str) -> str:
+    """Create (once) the bridge the pods of `cidr` hang off; returns the gateway address."""
+    network = ipaddress.ip_network(cidr)
+    # an older stand-in made the whole range local on lo: that would swallow the pods' traffic
+    _ip("route", "del", "local", str(network), "dev", "lo", "table", "local", check=False)
+    bridge = bridge_name(cidr)
+    if _ip("link", "show", bridge, check=False).returncode != 0:
+        _ip("link", "add", bridge, "type", "bridge")
+    address = f"{gateway(cidr)}/{network.prefixlen}"
+    if address not in _ip("-4", "addr", "show", bridge).stdout:
+        _ip("addr", "add", address, "dev", bridge)
+    _ip("link", "set", bridge, "up")
+    return gateway(cidr)
+
+
+def remove_bridge(cidr: str) -> None:
+    _ip("link", "del", bridge_name(cidr), check=False)
+
+
+def attach_pod(cidr: str, pod_ip: str) -> str:
+    """The pod's network namespace with `pod_ip` on eth0, wired to the bridge; returns its name."""
+    network = ipaddress.ip_network(cidr)
+    ns = netns_name(pod_ip)
+    detach_pod(pod_ip)
+    _ip("netns", "add", ns)
+    host_end = f"v{int(ipaddress.ip_address(pod_ip)) & 0xFFFFFF:x}"[:15]
+    _ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    _ip("link", "set", host_end, "master", bridge_name(cidr), "up")
+    _ip("-n", ns, "addr", "add", f"{pod_ip}/{network.prefixlen}", "dev", "eth0")
+    _ip("-n", ns, "link", "set", "eth0", "up")
+    _ip("-n", ns, "link", "set", "lo", "up")
+    _ip("-n", ns, "route", "add", "default", "via", gateway(cidr))
+    # `ip netns exec` mounts these over /etc: a resolver that answers at once (none, so lookups fail fast
+    # instead of timing out against a nameserver the pod cannot reach), as the kubelet manages a pod's files
+    etc = Path("/etc/netns") / ns
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "resolv.conf").write_text("# e2e pod: no DNS\noptions timeout:1 attempts:1\n")
+    (etc / "hosts").write_text(f"127.0.0.1 localhost\n{pod_ip} {ns}\n")
+    return ns
+
+
+def detach_pod(pod_ip: str) -> None:
+    """Remove the pod's namespace (its veth pair goes with it) and its /etc files."""
+    _ip("netns", "del", netns_name(pod_ip), check=False)
+    shutil.rmtree(Path("/etc/netns") / netns_name(pod_ip), ignore_errors=True)
 
 
 class AddressPool:
-    """Hands out the host addresses of `cidr` (but the first), one per pod UID, lowest free first;
-    addresses something already listens on are skipped."""
+    """Hands out the host addresses of `cidr` (but the first, the gateway), one per pod UID, lowest free first."""
 
     def __init__(self, cidr: str = DEFAULT_POD_CIDR) -> None:
         self.network = ipaddress.ip_network(cidr)
@@ -67,7 +102,7 @@ class AddressPool:
         with self._lock:
             if uid in self._by_uid:
                 return self._by_uid[uid]
-            used = set(self._by_uid.values()) | listening_addresses()
+            used = set(self._by_uid.values())
             for host in list(self.network.hosts())[1:]:
                 if str(host) not in used:
                     self._by_uid[uid] = str(host)
@@ -80,5 +115,6 @@ class AddressPool:
 
 
 def runtime_address_args(pod_ip: str) -> list[str]:
-    """Appended to the runtime container's args (argparse: the last value wins) to bind the pod's IP."""
+    """Appended to the runtime container's args (argparse: the last value wins): bind the pod's IP, as a
+    pod would through its own eth0 (0.0.0.0 would do too, in the pod's namespace)."""
     return [f"--grpc-address={pod_ip}", f"--http-address={pod_ip}", f"--metrics-address={pod_ip}"]

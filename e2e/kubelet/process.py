@@ -123,8 +123,11 @@ def _tool(name: str) -> str:
     return shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") or name
 
 
-def wrapper_argv(mounts: Sequence[Mount], working_dir: str | None, argv: Sequence[str]) -> list[str]:
-    """`unshare` a private mount namespace, then `enter.py` binds the volumes and execs `argv`."""
+def wrapper_argv(
+    mounts: Sequence[Mount], working_dir: str | None, argv: Sequence[str], netns: str | None = None
+) -> list[str]:
+    """In the pod's network namespace, `unshare` a private mount namespace, then `enter.py` binds the
+    volumes and execs `argv`."""
     spec = {
         "mounts": [{"source": str(m.source), "target": m.target, "read_only": m.read_only} for m in mounts],
         "working_dir": working_dir,
@@ -132,7 +135,8 @@ def wrapper_argv(mounts: Sequence[Mount], working_dir: str | None, argv: Sequenc
         "keep": stand_in_image(),
     }
     enter = [sys.executable, "-I", "-S", str(Path(__file__).with_name("enter.py")), json.dumps(spec)]
-    return [_tool("unshare"), "--mount", "--propagation", "private", "--", *enter]
+    in_netns = [_tool("ip"), "netns", "exec", netns] if netns else []
+    return [*in_netns, _tool("unshare"), "--mount", "--propagation", "private", "--", *enter]
 
 
 class ContainerProcess:
@@ -145,10 +149,11 @@ class ContainerProcess:
         mounts: Sequence[Mount],
         working_dir: str | None,
         log_path: Path,
+        netns: str | None = None,
     ) -> None:
         self.env = dict(env)
         self.working_dir = working_dir
-        wrapper = wrapper_argv(mounts, working_dir, argv)
+        wrapper = wrapper_argv(mounts, working_dir, argv, netns)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self._popen = subprocess.Popen(
@@ -193,7 +198,7 @@ class ContainerProcess:
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """A command line running `argv` inside this container's mount namespace (probes, preStop)."""
         wd = [f"--wd={self.working_dir}"] if self.working_dir else []
-        return [_tool("nsenter"), f"--target={self.pid}", "--mount", *wd, "--", *argv]
+        return [_tool("nsenter"), f"--target={self.pid}", "--mount", "--net", *wd, "--", *argv]
 
     def exec(self, argv: Sequence[str], timeout: float) -> int:
         """Run `argv` in the container (its env, its mounts); its exit code, or -1 on timeout."""

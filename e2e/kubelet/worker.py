@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .api import JSON, ApiError, KubeClient, pod_path
 from .container import ContainerRunner, RunSettings
-from .network import AddressPool
+from .network import AddressPool, attach_pod, detach_pod
 from .objects import ConfigError, Objects
 from .process import PodContext
 from .status import StatusWriter, now_rfc3339, pod_status
@@ -126,12 +126,15 @@ class PodWorker:
             for runner in self._init + self._main:
                 if runner.process is not None:
                     runner.terminate(self._context(), 0.0)
+            if self.pod_ip:
+                detach_pod(self.pod_ip)
             self._pool.release(self.uid)
 
     def _live(self) -> None:
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.pod_dir / "volumes", ignore_errors=True)  # emptyDirs start empty
         self.pod_ip = self._pool.allocate(self.uid)
+        attach_pod(str(self._pool.network), self.pod_ip)
         self._publish()
         volumes = PodVolumes(self.pod, self.pod_dir, self._objects, self.pod_ip, self._host_ip)
         while not self._stopping():

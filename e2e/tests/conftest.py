@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from e2e.kubelet import KubeletStandIn
+from e2e.kubelet.network import ensure_bridge
 from e2e.scenario import POD_CIDR, Stack, install_chart, upload_example_repository
 from tests.infra.conftest_plugin import CONTROL_PLANE_BINARIES, control_plane, tool_locator
 from tests.infra.controlplane import ApiError, ControlPlane
@@ -23,7 +24,7 @@ __all__ = ["control_plane", "kubelet", "namespace", "stack", "tool_locator"]
 def kubelet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletStandIn]:
     """The stand-in serving node e2e-gpu-0 of the session's control plane (the Node is deleted after)."""
     if os.geteuid() != 0:
-        pytest.skip("the kubelet stand-in needs root: mount namespaces, bind mounts, a local route for pod IPs")
+        pytest.skip("the kubelet stand-in needs root: network and mount namespaces, bind mounts")
     workdir: Path = tmp_path_factory.mktemp("kubelet")
     with KubeletStandIn(control_plane.kubeconfig_path, workdir=workdir) as standin:
         poll_until(
@@ -62,13 +63,14 @@ def stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -
     Helm (URL webhook mode, no operator pod) and the operator as a local process with the chart's
     ServiceAccount credentials."""
     if os.geteuid() != 0:
-        pytest.skip("the kubelet stand-in needs root: mount namespaces, bind mounts, a local route for pod IPs")
+        pytest.skip("the kubelet stand-in needs root: network and mount namespaces, bind mounts")
     require(*CONTROL_PLANE_BINARIES, "helm", "minio", locator=tool_locator)
     workdir = tmp_path_factory.mktemp("e2e-stack")
     keep = os.environ.get("ENSEMBLE_KEEP_WORKDIR", "") in {"1", "true", "yes"}
+    s3_host = ensure_bridge(POD_CIDR)  # the pods' gateway: S3 listens there, reachable from every pod
     with (
         ControlPlane(nodes=(), locator=tool_locator, keep_workdir=keep) as cp,
-        MinioServer(locator=tool_locator) as minio,
+        MinioServer(locator=tool_locator, host=s3_host) as minio,
         KubeletStandIn(cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR) as standin,
     ):
         poll_until(lambda: cp.node_ready(standin.node_name), timeout=30, what=f"node {standin.node_name} Ready")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.kubelet.network import AddressPool, listening_addresses, runtime_address_args
+from e2e.kubelet.network import AddressPool, bridge_name, gateway, netns_name, runtime_address_args
 from e2e.kubelet.objects import ConfigError, field_value
 from e2e.kubelet.probes import ProbeState, resolve_port
 from e2e.kubelet.process import Mount, container_argv, expand, is_runtime, stand_in_image, wrapper_argv
@@ -72,10 +72,8 @@ def test_address_pool_reuses_released_addresses_and_skips_listening_ones(tmp_pat
     assert (first, second, pool.allocate("a")) == ("10.250.0.2", "10.250.0.3", "10.250.0.2")
     pool.release("a")
     assert pool.allocate("c") == "10.250.0.2"
-    tcp = tmp_path / "tcp"
-    header = "  sl  local_address rem_address   st"
-    tcp.write_text(f"{header}\n   0: 0400FA0A:1F40 00000000:0000 0A\n   1: 0500FA0A:1F40 0100007F:0000 01\n")
-    assert listening_addresses(tcp) == {"10.250.0.4"}
+    assert gateway("10.250.0.0/24") == "10.250.0.1" and netns_name("10.250.0.7") == "e2e-10-250-0-7"
+    assert bridge_name("10.251.0.0/24") == "e2ebrfb0000" and len(bridge_name("10.250.0.0/16")) <= 15
 
 
 def test_probe_counters_use_thresholds() -> None:

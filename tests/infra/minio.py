@@ -35,7 +35,9 @@ class MinioServer:
         region: str = "us-east-1",
         startup_timeout: float = 60.0,
         locator: ToolLocator | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
+        self.host = host  # 127.0.0.1, or a test-network gateway the e2e pods (own network namespaces) reach
         if len(access_key) < 3 or len(secret_key) < 8:
             raise ValueError("MinIO wants an access key of 3+ and a secret key of 8+ characters")
         self.access_key = access_key
@@ -64,7 +66,7 @@ class MinioServer:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -93,7 +95,7 @@ class MinioServer:
             "server",
             str(self.data_dir),
             "--address",
-            f"127.0.0.1:{self.port}",
+            f"{self.host}:{self.port}",
             "--console-address",
             f"127.0.0.1:{self.console_port}",
             "--quiet",
