@@ -28,7 +28,8 @@ class DataPlane:
     manager: ModelManager
     strict_readiness: bool = True
     storage: Storage = field(default_factory=lambda: Storage([], Registry()))
-    _signatures: dict[int, ModelSignature] = field(default_factory=dict)
+    # id(config) -> (that config, its signature); holding the config keeps its id from being reused
+    _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
     accepting: bool = True
     in_flight: int = 0
 
@@ -134,10 +135,12 @@ class DataPlane:
 
     # ---- inference ----------------------------------------------------------------------------
     def signature(self, lv: LoadedVersion) -> ModelSignature:
-        key = id(lv.config)
-        sig = self._signatures.get(key)
-        if sig is None or sig.name != lv.config.name:
-            sig = self._signatures[key] = ModelSignature.from_config(lv.config)
+        """What the version accepts and produces, computed once per config object."""
+        cached = self._signatures.get(id(lv.config))
+        if cached is not None and cached[0] is lv.config:
+            return cached[1]
+        sig = ModelSignature.from_config(lv.config)
+        self._signatures[id(lv.config)] = (lv.config, sig)
         return sig
 
     async def infer(self, request: InferRequest, declared: Mapping[str, str] | None = None) -> InferResponse:
