@@ -99,7 +99,7 @@ class DataPlane:
     def storage_status(self) -> dict[str, object]:
         """What the last syncs of remote repositories reported (for operators and probes), and `models`: the
         versions found in storage per model (remote listings, plus the version folders of plain local
-        repositories)."""
+        repositories), and `uploading`: versions seen mid-upload that the version policy will select once complete."""
         cached = set(self.storage.roots)
         local = {
             name: list(loc.versions) for name, loc in self.manager.scan().items() if loc.path.parent not in cached
@@ -112,6 +112,7 @@ class DataPlane:
             ],
             "reachable": all(not s.error for s in self.storage.status),
             "models": merge_versions([self.storage.found_versions(), local]),
+            "uploading": self.storage.awaited_versions(),
         }
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:

@@ -75,6 +75,7 @@ def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[int, Load
 
 
 BeforeLoad = Callable[[Collection[str]], Awaitable[None]]
+Uploading = Callable[[], Mapping[str, Collection[int]]]  # model -> versions storage saw still uploading
 
 
 @dataclass
@@ -83,6 +84,7 @@ class ModelManager:
     registry: Registry
     loader: VersionLoader
     before_load: BeforeLoad | None = None  # e.g. sync those models from S3 into the local cache
+    uploading: Uploading | None = None  # e.g. Storage.awaited_versions
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _locations: dict[str, ModelLocation] = field(default_factory=dict)
 
@@ -135,8 +137,11 @@ class ModelManager:
             if fetch and self.before_load is not None and set(wanted) - set(names):
                 await self.before_load(wanted)  # the ensemble's steps too
                 self.scan()
+            wanted, waits = self._hold_for_uploads(wanted)
+            for note in waits:
+                log.info("%s", note)
             plans: dict[str, _Plan] = {}
-            errors: list[str] = []
+            errors: list[str] = [f"not switched: {note}" for note in waits] if fetch else []
             failed: set[str] = set()
             for name in wanted:
                 try:
@@ -168,6 +173,34 @@ class ModelManager:
             if rec.ensemble is not None and rec.name not in wanted and rec.served
             and wanted & {step.model_name for step in rec.ensemble.graph.steps}
         ]
+
+    def _hold_for_uploads(self, wanted: list[str]) -> tuple[list[str], list[str]]:
+        """Leave out the serving members of each loaded ensemble one of whose models has a version still
+        uploading, so that the ensemble switches once, to the whole new set, when the upload is complete
+        (steps uploaded together never serve half old, half new). Returns what to load and why not the rest."""
+        uploading = {name: sorted(v) for name, v in (self.uploading() if self.uploading else {}).items() if v}
+        if not uploading:
+            return wanted, []
+        held: set[str] = set()
+        notes: list[str] = []
+        for rec in self.registry.records.values():
+            if rec.ensemble is None or not rec.served or rec.name not in wanted:
+                continue
+            group = {step.model_name for step in rec.ensemble.graph.steps} | {rec.name}
+            busy = [f"'{name}' version(s) {uploading[name]}" for name in sorted(group) if name in uploading]
+            members = sorted(name for name in group if name in wanted and self._serving(name))
+            if not busy or not members:
+                continue
+            held.update(members)
+            notes.append(
+                f"ensemble '{rec.name}': {', '.join(busy)} still uploading; "
+                f"{', '.join(members)} keep serving their current versions until the upload is complete"
+            )
+        return [name for name in wanted if name not in held], notes
+
+    def _serving(self, name: str) -> bool:
+        rec = self.registry.records.get(name)
+        return rec is not None and bool(rec.served)
 
     def _with_steps(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
         """Names plus the step models of any ensembles among them, steps first."""

@@ -75,7 +75,8 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
         await storage.sync(names, settle=True)
 
     manager = ModelManager(roots=roots, registry=registry, loader=loader,
-                           before_load=sync_before_load if storage.sources else None)
+                           before_load=sync_before_load if storage.sources else None,
+                           uploading=storage.awaited_versions if storage.sources else None)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
                           storage=storage)
     holder.append(dataplane)

@@ -32,6 +32,7 @@ class SourceStatus:
     errors: dict[str, str] = field(default_factory=dict)
     last_success: float = 0.0  # unix time of the last sync whose listing worked
     failures: int = 0  # syncs whose listing failed, since start
+    awaited: dict[str, tuple[int, ...]] = field(default_factory=dict)  # model -> versions still uploading
 
 
 @dataclass
@@ -74,6 +75,9 @@ class Storage:
                 status.errors.update(report.errors)
             for where, reason in report.errors.items():
                 log.error("repository sync: %s: %s", where, reason)
+            for name in report.synced:
+                status.awaited.pop(name, None)
+            status.awaited.update(report.awaited)
         return changed
 
     def model_errors(self) -> dict[str, str]:
@@ -81,6 +85,10 @@ class Storage:
         for status in self.status:
             out.update(status.errors)
         return out
+
+    def awaited_versions(self) -> dict[str, list[int]]:
+        """Model -> versions whose upload the last sync saw in flight and that its version policy will select."""
+        return merge_versions(status.awaited for status in self.status)
 
     def found_versions(self) -> dict[str, list[int]]:
         """Model -> sorted versions the sources' last successful listings showed (merged over sources)."""

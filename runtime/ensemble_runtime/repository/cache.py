@@ -257,6 +257,7 @@ class ConfigText:
 class ModelOutcome:
     changed: bool = False
     errors: dict[str, str] = field(default_factory=dict)  # model or "model/version" -> reason
+    awaited: tuple[int, ...] = ()  # versions still uploading that the policy will select (VersionPlan.awaited)
 
 
 def materialise_model(
@@ -290,6 +291,7 @@ def materialise_model(
     policy = config.version_policy if config is not None else apply_defaults(mc.ModelConfig(), name).version_policy
     ensemble = config is not None and is_ensemble(config)
     plan = plan_versions(listing, complete_versions(listing, previous), cache.versions(name), policy, in_use, ensemble)
+    outcome.awaited = plan.awaited
     for version in plan.download:
         files = listing.versions[version].files
         try:

@@ -186,6 +186,7 @@ class VersionPlan:
     selected: tuple[int, ...] = ()  # what the cache holds for this model once the plan has run
     missing: tuple[int, ...] = ()  # asked for by a `specific` policy but not (completely) in S3
     empty_version: bool = False  # ensemble without version folders: create `<model>/1/`
+    awaited: tuple[int, ...] = ()  # pending versions the policy would select once complete (upload in flight)
 
 
 def plan_versions(
@@ -215,6 +216,7 @@ def plan_versions(
     dropping = sorted(v for v in cached if v not in selected)
     remove = tuple(v for v in dropping if v not in in_use)
     kept = tuple(v for v in dropping if v in in_use)
+    awaited = set(select_versions(policy, available | set(pending)).selected) - selected
     return VersionPlan(
         download=tuple(download),
         remove=remove,
@@ -222,6 +224,7 @@ def plan_versions(
         pending=tuple(pending),
         selected=tuple(sorted(selected)),
         missing=selection.missing,
+        awaited=tuple(sorted(awaited)),
     )
 
 

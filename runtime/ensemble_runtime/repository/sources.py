@@ -62,12 +62,17 @@ class SyncReport:
     errors: dict[str, str] = field(default_factory=dict)  # model or "model/version" -> reason
     error: str = ""  # the listing (or the repository config) failed as a whole; "" otherwise
     duration_s: float = 0.0
+    synced: set[str] = field(default_factory=set)  # the models whose listing this sync compared with the cache
+    awaited: dict[str, tuple[int, ...]] = field(default_factory=dict)  # model -> versions still uploading
 
     def add(self, name: str, outcome: ModelOutcome) -> None:
+        self.synced.add(name)
         if outcome.changed:
             self.models_changed.add(name)
             self.changed = True
         self.errors.update(outcome.errors)
+        if outcome.awaited:
+            self.awaited[name] = outcome.awaited
 
 
 @dataclass(frozen=True, slots=True)

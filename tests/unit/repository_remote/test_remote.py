@@ -157,7 +157,17 @@ THREE = listing_of(v1=(A, False), v2=(A, False), v3=(B, False))
         ("up to date", THREE, {1, 2, 3}, {2: A, 3: B}, latest(2), (), {"download": (), "selected": (2, 3)}),
         ("changed content", THREE, {1, 2, 3}, {2: A, 3: A}, latest(2), (), {"download": (3,)}),
         ("unknown cached dir", THREE, {1, 2, 3}, {3: None}, latest(1), (), {"download": (3,)}),
-        ("v3 pending: v1, v2", THREE, {1, 2}, {}, latest(2), (), {"download": (1, 2), "pending": (3,)}),
+        (
+            "v3 pending: v1, v2",
+            THREE,
+            {1, 2},
+            {},
+            latest(2),
+            (),
+            {"download": (1, 2), "pending": (3,), "awaited": (3,)},
+        ),
+        ("v3 pending, v2 served", THREE, {1, 2}, {2: A}, latest(1), (2,), {"selected": (2,), "awaited": (3,)}),
+        ("pending but not selected", THREE, {1, 2}, {}, specific(1), (), {"pending": (3,), "awaited": ()}),
         ("cached identical counts complete", THREE, set(), {3: B}, latest(1), (), {"download": (), "selected": (3,)}),
         (
             "pending re-upload keeps cached",
@@ -166,7 +176,7 @@ THREE = listing_of(v1=(A, False), v2=(A, False), v3=(B, False))
             {3: A},
             latest(1),
             (),
-            {"download": (), "selected": (3,), "remove": ()},
+            {"download": (), "selected": (3,), "remove": (), "awaited": ()},
         ),
         ("policy to specific 1", THREE, {1, 2, 3}, {2: A, 3: B}, specific(1), (), {"download": (1,), "remove": (2, 3)}),
         (
