@@ -40,7 +40,13 @@ def main() -> None:
     kube = connect(settings.pod_http_timeout_seconds)
     reconciler = Reconciler(kube=kube, defaults=settings.runtime_defaults())
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, settings.status_interval_seconds, webhooks=settings.webhook_enabled)
+    register(
+        registry,
+        reconciler,
+        settings.status_interval_seconds,
+        webhooks=settings.webhook_enabled,
+        model_settle=settings.model_settle_seconds,
+    )
 
     # A registry of our own lacks the default registry's login fallbacks: log in as kube.connect does,
     # through the official client (in-cluster ServiceAccount, else the kubeconfig).

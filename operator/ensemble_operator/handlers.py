@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
@@ -16,10 +17,16 @@ def _pydantic_message(exc: ValidationError) -> str:
 
 
 def register(
-    registry: kopf.OperatorRegistry, reconciler: Reconciler, status_interval: float, *, webhooks: bool = True
+    registry: kopf.OperatorRegistry,
+    reconciler: Reconciler,
+    status_interval: float,
+    *,
+    webhooks: bool = True,
+    model_settle: float = 0.0,
 ) -> None:
     """Register every handler on `registry` (no global registry, no module state). Without `webhooks`
-    the admission handlers are left out: kopf refuses to run admission handlers with no server."""
+    the admission handlers are left out: kopf refuses to run admission handlers with no server.
+    `model_settle`: seconds a Model change waits before its Ensembles are re-rendered (see Settings)."""
 
     @kopf.on.resume(GROUP, VERSION, "ensembles", registry=registry)
     @kopf.on.create(GROUP, VERSION, "ensembles", registry=registry)
@@ -35,8 +42,12 @@ def register(
     @kopf.on.resume(GROUP, VERSION, "models", registry=registry)
     @kopf.on.create(GROUP, VERSION, "models", registry=registry)
     @kopf.on.update(GROUP, VERSION, "models", field="spec", registry=registry)
-    def model_changed(body: kopf.Body, **_: Any) -> None:
-        reconciler.model(dict(body))
+    async def model_changed(body: kopf.Body, reason: str, **_: Any) -> None:
+        # Models applied together arrive as separate events, each re-rendering the Ensembles from all Models
+        # as they are then: wait until the batch has landed, so the pods get one config with all of it.
+        if reason != "resume":
+            await asyncio.sleep(model_settle)
+        await asyncio.to_thread(reconciler.model, dict(body))
 
     @kopf.timer(GROUP, VERSION, "models", interval=status_interval, registry=registry)
     def model_refresh(body: kopf.Body, **_: Any) -> None:

@@ -16,6 +16,12 @@ class Settings(BaseSettings):
     )
     log_level: str = "INFO"
     status_interval_seconds: float = 30.0
+    model_settle_seconds: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="wait this long after a Model changes before re-rendering the Ensembles that use it, so that "
+        "Models changed together (one kubectl apply) reach the pods in one ConfigMap write",
+    )
     pod_http_timeout_seconds: float = 2.0
 
     webhook_enabled: bool = False
