@@ -147,12 +147,18 @@ class PodWorker:
                 self._publish()
                 self._sleep(1.0)
         next_sync = time.monotonic() + self._sync_period
+        annotations = self.pod["metadata"].get("annotations") or {}
         while not self._stopping():
             now = time.monotonic()
-            volumes.update(self.pod)
-            if now >= next_sync:
+            pod = self.pod
+            volumes.update(pod)
+            # As the kubelet: volumes are refreshed on the periodic sync, and at once when the pod object
+            # changes (here: its annotations; the operator marks pods with their config's hash).
+            changed = (pod["metadata"].get("annotations") or {}) != annotations
+            if now >= next_sync or changed:
                 self._api_call("volume sync", volumes.sync)
                 next_sync = now + self._sync_period
+                annotations = pod["metadata"].get("annotations") or {}
             self._tick(now, volumes)
             self._publish()
             self._sleep(TICK)

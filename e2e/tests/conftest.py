@@ -20,6 +20,12 @@ from tests.integration.operator.support import OperatorProcess
 __all__ = ["control_plane", "kubelet", "namespace", "stack", "tool_locator"]
 
 
+# A real kubelet refreshes mounted ConfigMaps on its periodic sync (a minute or more after a change) or at
+# once when the pod object changes. Longer than any wait here: a Model change reaches the pods only because
+# the operator marks them with the new config's hash, as it must on a real cluster.
+VOLUME_SYNC_PERIOD = 300.0
+
+
 @pytest.fixture(scope="module")
 def kubelet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletStandIn]:
     """The stand-in serving node e2e-gpu-0 of the session's control plane (the Node is deleted after)."""
@@ -71,7 +77,9 @@ def stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -
     with (
         ControlPlane(nodes=(), locator=tool_locator, keep_workdir=keep) as cp,
         MinioServer(locator=tool_locator, host=s3_host) as minio,
-        KubeletStandIn(cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR) as standin,
+        KubeletStandIn(
+            cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR, sync_period=VOLUME_SYNC_PERIOD
+        ) as standin,
     ):
         poll_until(lambda: cp.node_ready(standin.node_name), timeout=30, what=f"node {standin.node_name} Ready")
         upload_example_repository(minio.boto3_client(), workdir)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -82,10 +82,11 @@ class WriteStats:
     deletes: int = 0
     status_patches: int = 0
     events: int = 0
+    pod_annotations: int = 0
 
     @property
     def writes(self) -> int:
-        return self.applies + self.deletes + self.status_patches + self.events
+        return self.applies + self.deletes + self.status_patches + self.events + self.pod_annotations
 
 
 class ApiError(RuntimeError):
@@ -215,12 +216,32 @@ class KubeClient:
         )
         self.stats.events += 1
 
-    def pod_reports(self, namespace: str, ensemble: str) -> list[PodReport]:
+    def list_pods(self, namespace: str, ensemble: str) -> list[Manifest]:
+        return self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble})
+
+    def annotate_pods(self, namespace: str, pods: Sequence[Manifest], key: str, value: str) -> int:
+        """Set annotation `key` to `value` on each live pod that lacks it (merge patch; a pod gone meanwhile
+        is skipped). Returns the number of pods patched; nothing is sent for pods that already carry it."""
+        patched = 0
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(key) == value:
+                continue
+            path = object_path("v1", "Pod", namespace, meta["name"])
+            body = {"metadata": {"annotations": {key: value}}}
+            status, _ = self._call("PATCH", path, ok=(200, 404), body=body, content_type=MERGE_PATCH)
+            if status == 200:
+                patched += 1
+                self.stats.pod_annotations += 1
+        return patched
+
+    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest] | None = None) -> list[PodReport]:
         """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability and the
         versions found in storage (GET /v2/repository/status) and versions that failed to load
-        (POST /v2/repository/index) of the runtime pods. What a pod does not answer stays unknown (None / empty)."""
+        (POST /v2/repository/index) of the runtime pods (listed here unless given). What a pod does not
+        answer stays unknown (None / empty)."""
         reports: list[PodReport] = []
-        for pod in self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble}):
+        for pod in self.list_pods(namespace, ensemble) if pods is None else pods:
             status = pod.get("status", {})
             ready = any(
                 c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .api.v1alpha1 import Ensemble, Model
-from .render.common import Manifest, RuntimeDefaults
+from .render.common import CONFIG_HASH_ANNOTATION, Manifest, RuntimeDefaults
 from .render.network import render_config_map, render_headless_service, render_hpa, render_pdb, render_service
 from .render.runtime_config import render_repository_config
 from .render.workload import render_deployment
@@ -34,6 +34,7 @@ class Plan:
     delete: list[ObjectKey] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)  # block every write
     warnings: list[Issue] = field(default_factory=list)  # reported, do not block (storage may gain a version)
+    config_hash: str | None = None  # of the runtime config (repository.json) the pods should have mounted
 
     @property
     def valid(self) -> bool:
@@ -50,8 +51,9 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
     warnings = [i for i in found if i.admission_warning]
     if issues:
         return Plan(issues=found)
+    config_map = render_config_map(ensemble, render_repository_config(ensemble, models))
     objects = [
-        render_config_map(ensemble, render_repository_config(ensemble, models)),
+        config_map,
         render_service(ensemble),
         render_headless_service(ensemble),
         render_deployment(ensemble, models, defaults),
@@ -66,4 +68,5 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
         delete.append(hpa_key)
     else:
         objects.append(hpa)
-    return Plan(apply=objects, delete=delete, warnings=warnings)
+    config_hash = config_map["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+    return Plan(apply=objects, delete=delete, warnings=warnings, config_hash=config_hash)

@@ -11,7 +11,7 @@ from typing import Any
 from .api.v1alpha1 import API_VERSION, Ensemble, Model
 from .kube import KubeClient
 from .plan import plan_ensemble
-from .render.common import RuntimeDefaults
+from .render.common import CONFIG_HASH_ANNOTATION, RuntimeDefaults
 from .status import PodReport, compute_model_status, compute_status, versions_found
 from .validation import validate_ensemble
 
@@ -50,7 +50,12 @@ class Reconciler:
         applied = sum(self.kube.apply(obj) for obj in plan.apply)
         deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
-        pods = self.kube.pod_reports(ns, name) if deployment is not None else []
+        pod_objects = self.kube.list_pods(ns, name) if deployment is not None else []
+        if plan.config_hash is not None:
+            # The kubelet refreshes a mounted ConfigMap on its periodic sync (a minute or more) or at once when
+            # the pod object changes: mark each pod with the config it should have, so changes land in seconds.
+            self.kube.annotate_pods(ns, pod_objects, CONFIG_HASH_ANNOTATION, plan.config_hash)
+        pods = self.kube.pod_reports(ns, name, pod_objects)
         status = compute_status(ens, plan.issues, deployment, pods, self.clock(), plan.warnings)
         self.record_versions_found(
             ns, [bodies[s.model_ref.name] for s in ens.spec.steps if s.model_ref.name in bodies], pods

@@ -60,7 +60,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "patch"]  # patch: the config-hash annotation that makes the kubelet refresh repository.json
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]

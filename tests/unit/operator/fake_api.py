@@ -1,4 +1,4 @@
-"""An in-memory API server transport for KubeClient tests (apply, merge-patch status, get, list, delete)."""
+"""An in-memory API server transport for KubeClient tests (apply, merge-patch, get, list, delete)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ class FakeApi:
                 else:
                     status[k] = v
             return 200, obj
+        if method == "PATCH" and content_type == "application/merge-patch+json":
+            if path not in self.objects:
+                return 404, {"reason": "NotFound"}
+            _merge(self.objects[path], body)
+            return 200, copy.deepcopy(self.objects[path])
         if method == "PATCH":
             assert content_type == "application/apply-patch+yaml"
             assert query == {"fieldManager": "ensemble-operator", "force": "true"}
@@ -57,6 +62,17 @@ class FakeApi:
         if method == "POST":
             return 201, body
         raise AssertionError(f"unexpected {method} {path}")
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """RFC 7386 merge patch: objects merge, null removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def _is_object_path(path: str) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
-from ensemble_operator.render.common import RuntimeDefaults
+from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, RuntimeDefaults
 from fake_api import FakeApi
 
 NS = "ml"
@@ -124,6 +124,9 @@ def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconci
     rec.ensemble(_ensemble_body(api))
     _mark_deployment_ready(api)
     rec.ensemble(_ensemble_body(api))
+    annotated = rec.kube.stats.pod_annotations
+    old_hash = _pod_hashes(api)[0]
+    assert old_hash is not None and _pod_hashes(api) == [old_hash, old_hash]
     dep_before = api.objects[object_path("apps/v1", "Deployment", NS, "image-pipeline")]["spec"]["template"]
     model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
     api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
@@ -135,9 +138,21 @@ def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconci
         api.objects[object_path("apps/v1", "Deployment", NS, "image-pipeline")]["spec"]["template"]
         == dep_before
     )
-    assert '"num_versions"' not in str(
-        api.objects[object_path("v1", "ConfigMap", NS, "image-pipeline-repository")]
-    )
+    config_map = api.objects[object_path("v1", "ConfigMap", NS, "image-pipeline-repository")]
+    assert '"num_versions"' not in str(config_map)
+    # every pod is marked with the new config's hash: a pod update makes the kubelet refresh the mount now
+    new_hash = config_map["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+    assert _pod_hashes(api) == [new_hash, new_hash]
+    assert rec.kube.stats.pod_annotations == annotated + 2
+
+
+def _pod_hashes(api: FakeApi) -> list[str | None]:
+    return [
+        api.objects[object_path("v1", "Pod", NS, f"image-pipeline-{i}")]["metadata"]
+        .get("annotations", {})
+        .get(CONFIG_HASH_ANNOTATION)
+        for i in range(2)
+    ]
 
 
 def test_invalid_ensemble_reports_and_keeps_serving(world: tuple[FakeApi, Reconciler]) -> None:
