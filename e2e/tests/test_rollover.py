@@ -13,10 +13,12 @@ values that do not match the versions it reports).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,19 @@ class Rollover:
         )
         return {m["metadata"]["name"]: m.get("status", {}).get("versionsFound") for m in models}
 
+    def config_digests(self) -> dict[str, str | None]:
+        """Each ready endpoint's `config_digest` (GET /v2/repository/status): the repository.json it applied."""
+        out: dict[str, str | None] = {}
+        for ip in self.endpoints():
+            with urllib.request.urlopen(f"http://{ip}:8000/v2/repository/status", timeout=5) as response:
+                out[ip] = json.loads(response.read()).get("config_digest")
+        return out
+
+    def config_map_digest(self) -> str:
+        path = f"/api/v1/namespaces/{self.ns}/configmaps/{NAME}-repository"
+        text: str = self.stack.cp.api("GET", path)["data"]["repository.json"]
+        return hashlib.sha256(text.encode()).hexdigest()
+
     def endpoints(self) -> list[str]:
         return ready_endpoints(self.stack.cp, self.ns, NAME)
 
@@ -268,6 +283,8 @@ def test_rollover_and_failures_under_load(rollover: Rollover) -> None:
         pinned = [step_model(stack, name, {"specific": {"versions": [2]}}) for name in STEPS]
         kubectl_apply(stack.cp, r.ns, pinned, r.workdir)
         r.wait_served((2, 2), since)
+        # What the operator compares to tell a pod on an older config (and nudge it again): equal everywhere.
+        wait_for(lambda: set(r.config_digests().values()) == {r.config_map_digest()}, "pods on the new ConfigMap")
         fig = r.window("pin v2 via Model", since, {(3, 3), (2, 2)})
         assert r.pods() == before, "pods restarted or were replaced"
         assert (fig["failed"], fig["mixed"]) == (0, 0), fig

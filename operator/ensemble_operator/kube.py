@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .status import PodReport, failed_versions, found_versions, pod_problem, storage_problem
+from .status import PodReport, config_digest_of, failed_versions, found_versions, pod_problem, storage_problem
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -219,16 +219,19 @@ class KubeClient:
     def list_pods(self, namespace: str, ensemble: str) -> list[Manifest]:
         return self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble})
 
-    def annotate_pods(self, namespace: str, pods: Sequence[Manifest], key: str, value: str) -> int:
-        """Set annotation `key` to `value` on each live pod that lacks it (merge patch; a pod gone meanwhile
-        is skipped). Returns the number of pods patched; nothing is sent for pods that already carry it."""
+    def annotate_pods(
+        self, namespace: str, pods: Sequence[Manifest], key: str, value: str, extra: Mapping[str, str] | None = None
+    ) -> int:
+        """Set annotation `key` to `value` (and the `extra` ones with it) on each live pod that lacks it (merge
+        patch; a pod gone meanwhile is skipped). Returns the number of pods patched; nothing is sent for pods
+        that already carry `key`=`value`."""
         patched = 0
         for pod in pods:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(key) == value:
                 continue
             path = object_path("v1", "Pod", namespace, meta["name"])
-            body = {"metadata": {"annotations": {key: value}}}
+            body = {"metadata": {"annotations": {**(extra or {}), key: value}}}
             status, _ = self._call("PATCH", path, ok=(200, 404), body=body, content_type=MERGE_PATCH)
             if status == 200:
                 patched += 1
@@ -250,6 +253,7 @@ class KubeClient:
             versions: dict[str, int] | None = None
             storage: str | None = None
             found: dict[str, tuple[int, ...]] | None = None
+            digest: str | None = None
             failures: tuple[str, ...] = ()
             if ready and ip:
                 base = f"http://{ip}:{HTTP_PORT}"
@@ -260,16 +264,18 @@ class KubeClient:
                     versions = None
                 try:
                     doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout)
-                    storage, found = storage_problem(doc), found_versions(doc)
+                    storage, found, digest = storage_problem(doc), found_versions(doc), config_digest_of(doc)
                 except _POD_ERRORS:
-                    storage, found = None, None
+                    storage, found, digest = None, None, None
                 try:
                     index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout)
                     failures = failed_versions(index)
                 except _POD_ERRORS:
                     failures = ()
             reports.append(
-                PodReport(pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures, found)
+                PodReport(
+                    pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures, found, digest
+                )
             )
         return reports
 

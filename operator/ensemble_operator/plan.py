@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ class Plan:
     issues: list[Issue] = field(default_factory=list)  # block every write
     warnings: list[Issue] = field(default_factory=list)  # reported, do not block (storage may gain a version)
     config_hash: str | None = None  # of the runtime config (repository.json) the pods should have mounted
+    config_digest: str | None = None  # its SHA-256, as the runtime reports the file it applied
 
     @property
     def valid(self) -> bool:
@@ -69,4 +71,5 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
     else:
         objects.append(hpa)
     config_hash = config_map["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
-    return Plan(apply=objects, delete=delete, warnings=warnings, config_hash=config_hash)
+    digest = hashlib.sha256(config_map["data"]["repository.json"].encode()).hexdigest()
+    return Plan(apply=objects, delete=delete, warnings=warnings, config_hash=config_hash, config_digest=digest)

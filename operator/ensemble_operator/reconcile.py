@@ -11,11 +11,14 @@ from typing import Any
 from .api.v1alpha1 import API_VERSION, Ensemble, Model
 from .kube import KubeClient
 from .plan import plan_ensemble
-from .render.common import CONFIG_HASH_ANNOTATION, RuntimeDefaults
+from .refresh import pods_to_refresh
+from .render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
 from .status import PodReport, compute_model_status, compute_status, versions_found
 from .validation import validate_ensemble
 
 logger = logging.getLogger(__name__)
+
+REFRESH_EVERY_S = 30.0  # at most one more nudge per pod this often (or twice the runtime's poll interval)
 
 
 def utc_now() -> str:
@@ -51,11 +54,17 @@ class Reconciler:
         deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
         pod_objects = self.kube.list_pods(ns, name) if deployment is not None else []
+        before = {p["metadata"]["name"]: dict(p["metadata"].get("annotations") or {}) for p in pod_objects}
         if plan.config_hash is not None:
             # The kubelet refreshes a mounted ConfigMap on its periodic sync (a minute or more) or at once when
             # the pod object changes: mark each pod with the config it should have, so changes land in seconds.
-            self.kube.annotate_pods(ns, pod_objects, CONFIG_HASH_ANNOTATION, plan.config_hash)
+            # (With the time: a pod marked just now is not "stale" before the runtime's next poll.)
+            self.kube.annotate_pods(
+                ns, pod_objects, CONFIG_HASH_ANNOTATION, plan.config_hash, {CONFIG_REFRESH_ANNOTATION: self.clock()}
+            )
         pods = self.kube.pod_reports(ns, name, pod_objects)
+        if plan.config_hash is not None and plan.config_digest is not None:
+            self._refresh_stale(ens, pod_objects, before, pods, plan.config_hash, plan.config_digest)
         status = compute_status(ens, plan.issues, deployment, pods, self.clock(), plan.warnings)
         self.record_versions_found(
             ns, [bodies[s.model_ref.name] for s in ens.spec.steps if s.model_ref.name in bodies], pods
@@ -77,6 +86,30 @@ class Reconciler:
             warn = status.phase in ("Invalid", "Degraded")
             self.kube.emit_event(body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal")
         return status.phase or "Unknown"
+
+    def _refresh_stale(
+        self,
+        ens: Ensemble,
+        pod_objects: list[dict[str, Any]],
+        before: dict[str, dict[str, str]],
+        pods: list[PodReport],
+        config_hash: str,
+        config_digest: str,
+    ) -> None:
+        """Nudge again the pods marked earlier that still report another repository.json (see refresh.py)."""
+        every = max(REFRESH_EVERY_S, 2.0 * ens.spec.runtime.poll_interval_seconds)
+        now = self.clock()
+        stale = set(
+            pods_to_refresh(
+                pods, before, CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, config_hash, config_digest, now, every
+            )
+        )
+        if stale:
+            ns = ens.metadata.namespace
+            logger.info("Ensemble %s/%s: pods %s still run an older repository.json; nudging them again",
+                        ns, ens.metadata.name, ", ".join(sorted(stale)))
+            targets = [p for p in pod_objects if p["metadata"]["name"] in stale]
+            self.kube.annotate_pods(ns, targets, CONFIG_REFRESH_ANNOTATION, now)
 
     def record_versions_found(self, namespace: str, models: list[dict[str, Any]], pods: list[PodReport]) -> int:
         """Write each Model's status.versionsFound from what the ready pods found in storage (the runtime

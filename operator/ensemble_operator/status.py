@@ -30,6 +30,8 @@ class PodReport:
     failed_versions: tuple[str, ...] = ()
     # GET /v2/repository/status "models": model -> versions found in storage (None: unknown).
     found: Mapping[str, tuple[int, ...]] | None = None
+    # GET /v2/repository/status "config_digest": SHA-256 of the repository.json the pod last applied.
+    config_digest: str | None = None
 
 
 def storage_problem(doc: Any) -> str | None:
@@ -39,6 +41,12 @@ def storage_problem(doc: Any) -> str | None:
         return None
     errors = [f"{s.get('source')}: {s.get('error')}" for s in doc.get("sources", []) if s.get("error")]
     return "; ".join(errors) or "storage unreachable"
+
+
+def config_digest_of(doc: Any) -> str | None:
+    """The runtime's storage status `config_digest` (hex SHA-256 of the repository.json it last applied)."""
+    digest = doc.get("config_digest") if isinstance(doc, dict) else None
+    return digest if isinstance(digest, str) and digest else None
 
 
 def found_versions(doc: Any) -> dict[str, tuple[int, ...]] | None:

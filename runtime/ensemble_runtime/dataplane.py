@@ -99,7 +99,8 @@ class DataPlane:
     def storage_status(self) -> dict[str, object]:
         """What the last syncs of remote repositories reported (for operators and probes), and `models`: the
         versions found in storage per model (remote listings, plus the version folders of plain local
-        repositories), and `uploading`: versions seen mid-upload that the version policy will select once complete."""
+        repositories), `uploading`: versions seen mid-upload that the version policy will select once complete,
+        and `config_digest`: the SHA-256 of the repository config file as last applied (None without one)."""
         cached = set(self.storage.roots)
         local = {
             name: list(loc.versions) for name, loc in self.manager.scan().items() if loc.path.parent not in cached
@@ -113,6 +114,7 @@ class DataPlane:
             "reachable": all(not s.error for s in self.storage.status),
             "models": merge_versions([self.storage.found_versions(), local]),
             "uploading": self.storage.awaited_versions(),
+            "config_digest": self.storage.config_digest(),
         }
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:

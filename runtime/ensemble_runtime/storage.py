@@ -24,6 +24,9 @@ class Source(Protocol):
 
     def found_versions(self) -> dict[str, list[int]]: ...
 
+    @property
+    def config_digest(self) -> str | None: ...
+
 
 @dataclass(slots=True)
 class SourceStatus:
@@ -85,6 +88,10 @@ class Storage:
         for status in self.status:
             out.update(status.errors)
         return out
+
+    def config_digest(self) -> str | None:
+        """SHA-256 of the repository config file (the operator's repository.json) as last read, if any."""
+        return next((source.config_digest for source in self.sources if source.config_digest), None)
 
     def awaited_versions(self) -> dict[str, list[int]]:
         """Model -> versions whose upload the last sync saw in flight and that its version policy will select."""

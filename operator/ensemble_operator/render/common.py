@@ -16,6 +16,7 @@ MANAGED_BY = "ensemble-operator"
 ENSEMBLE_LABEL = f"{GROUP}/ensemble"
 RESTART_HASH_ANNOTATION = f"{GROUP}/restart-hash"
 CONFIG_HASH_ANNOTATION = f"{GROUP}/repository-config-hash"
+CONFIG_REFRESH_ANNOTATION = f"{GROUP}/config-refresh"  # when a pod still on an older config was nudged again
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")

@@ -5,8 +5,9 @@ which the model manager then scans like any local repository.
 - `RepositoryConfigSource`: the operator's JSON file naming each model's own source (S3 prefix or local
   directory), optional config overrides, and ensembles.
 
-Both expose `root`, `async sync(models=None, in_use=()) -> SyncReport` and `found_versions()` (the version
-folders each model's last successful listing showed, complete or not). `sync` never raises for storage
+Both expose `root`, `async sync(models=None, in_use=()) -> SyncReport`, `found_versions()` (the version
+folders each model's last successful listing showed, complete or not) and `config_digest` (the SHA-256 of the
+repository config file last read and applied; None for a plain S3 repository). `sync` never raises for storage
 errors: it reports them and leaves the cache as it was. Blocking work runs in threads. Completeness of
 versions still being uploaded: see `ensemble_runtime.repository.remote`.
 """
@@ -169,6 +170,7 @@ class S3Source:
         self._cache = ModelCache(cache_dir)
         self._storage: S3Storage | None = None
         self._previous: dict[str, ModelListing] | None = None  # the last successful listing, per model
+        self.config_digest: str | None = None  # no repository config file here
 
     def _storage_now(self) -> S3Storage:
         if self._storage is None:
@@ -259,17 +261,22 @@ class RepositoryConfigSource:
         self._previous: dict[str, ModelListing] = {}  # the last successful S3 listing, per model
         self._local: dict[str, ModelListing] = {}  # the last listing of each local-directory model
         self._prepared = False
+        self.config_digest: str | None = None  # SHA-256 (hex) of the file as last read and parsed
 
     def found_versions(self) -> dict[str, list[int]]:
         return {**versions_of(self._previous), **versions_of(self._local)}
 
     def _read_config(self) -> RepositoryConfig:
         try:
-            text = self.config_path.read_text(encoding="utf-8")
+            raw = self.config_path.read_bytes()
         except OSError as exc:
             raise RepositoryConfigError(f"{self.config_path}: cannot read: {exc.strerror or exc}") from None
         try:
-            return parse_repository_config(json.loads(text))
+            spec = parse_repository_config(json.loads(raw.decode("utf-8")))
+            self.config_digest = hashlib.sha256(raw).hexdigest()  # the operator compares it with what it wrote
+            return spec
+        except UnicodeDecodeError as exc:
+            raise RepositoryConfigError(f"{self.config_path}: not UTF-8: {exc}") from None
         except json.JSONDecodeError as exc:
             raise RepositoryConfigError(f"{self.config_path}: malformed JSON: {exc}") from None
         except RepositoryConfigError as exc:

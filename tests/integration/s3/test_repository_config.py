@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -38,6 +39,7 @@ async def test_models_from_prefixes_with_override_and_ensemble(s3: S3Helper, tmp
     report = await src.sync()
 
     assert report.error == "" and report.errors == {}, report
+    assert src.config_digest == hashlib.sha256(path.read_bytes()).hexdigest()  # what the operator compares
     assert report.models_changed == {"pre", "score", "pipe"}
     assert cached_versions(src.root) == {"pre": [2], "score": [1, 2], "pipe": [1]}
     assert (src.root / "pre" / "2" / "model.onnx").read_bytes() == onnx_bytes(2)
@@ -52,6 +54,8 @@ async def test_models_from_prefixes_with_override_and_ensemble(s3: S3Helper, tmp
     spec["ensembles"] = []
     path.write_text(json.dumps(spec))
     report = await src.sync(in_use=[("pipe", 1)])
+    applied = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert src.config_digest == applied
     assert report.errors == {} and (src.root / "pipe" / "1").is_dir()  # in use: kept for now
     assert not (src.root / "score" / "config.pbtxt").exists()
     assert cached_versions(src.root)["score"] == [2]  # default policy without a config: latest 1
@@ -61,6 +65,7 @@ async def test_models_from_prefixes_with_override_and_ensemble(s3: S3Helper, tmp
     path.write_text(json.dumps(spec)[:-3])
     report = await src.sync()
     assert report.error.startswith(f"{path}: malformed JSON") and not report.changed
+    assert src.config_digest == applied  # still the last file it could apply
     assert cached_versions(src.root) == {"pre": [2], "score": [2]}
     assert text_format.MessageToString(score)  # the parsed override stays a valid ModelConfig
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
-from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, RuntimeDefaults
+from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
 from fake_api import FakeApi
 
 NS = "ml"
@@ -193,3 +194,50 @@ def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler],
     spec["steps"][1]["inputMap"] = {"input": "nowhere"}
     errors, _ = rec.admission_issues(NS, spec)
     assert any("'nowhere'" in e for e in errors)
+
+
+def test_pods_still_on_an_older_config_are_nudged_again(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    """Pods marked with the config's hash that keep reporting another repository.json digest (the kubelet
+    refreshed from a stale cache) get a config-refresh annotation, at most once per interval."""
+    api = FakeApi()
+    for m in models.values():
+        api.put(object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True))
+    api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
+    digests = {"10.0.0.0": "stale", "10.0.0.1": None}  # pod 1: a runtime that does not report one
+
+    def served(url: str, timeout: float) -> Any:
+        doc = _served(url, timeout)
+        ip = url.split("//")[1].split(":")[0]
+        if url.endswith("/v2/repository/status"):
+            doc["config_digest"] = digests[ip]
+        return doc
+
+    clock = ["2026-01-01T00:00:00Z"]
+    rec = Reconciler(kube=KubeClient(api, http_get=served, http_post=_index), defaults=RuntimeDefaults(),
+                     clock=lambda: clock[0])
+    rec.ensemble(_ensemble_body(api))
+    _mark_deployment_ready(api)
+    rec.ensemble(_ensemble_body(api))  # marks both pods with the hash and the time
+    assert _refresh_marks(api) == ["2026-01-01T00:00:00Z"] * 2
+    writes = rec.kube.stats.writes
+    clock[0] = "2026-01-01T00:00:10Z"
+    rec.ensemble(_ensemble_body(api))  # pod 0 reports another file, but the runtime may not have polled yet
+    assert rec.kube.stats.writes == writes, "nudged again within the interval"
+    clock[0] = "2026-01-01T00:01:00Z"
+    rec.ensemble(_ensemble_body(api))  # still another file a minute later: nudged again
+    assert _refresh_marks(api) == ["2026-01-01T00:01:00Z", "2026-01-01T00:00:00Z"]
+    cm = api.objects[object_path("v1", "ConfigMap", NS, "image-pipeline-repository")]
+    digests["10.0.0.0"] = hashlib.sha256(cm["data"]["repository.json"].encode()).hexdigest()  # caught up
+    clock[0] = "2026-01-01T00:05:00Z"
+    writes = rec.kube.stats.writes
+    rec.ensemble(_ensemble_body(api))
+    assert rec.kube.stats.writes == writes
+
+
+def _refresh_marks(api: FakeApi) -> list[str | None]:
+    return [
+        api.objects[object_path("v1", "Pod", NS, f"image-pipeline-{i}")]["metadata"]
+        .get("annotations", {})
+        .get(CONFIG_REFRESH_ANNOTATION)
+        for i in range(2)
+    ]

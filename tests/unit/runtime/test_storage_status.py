@@ -21,6 +21,7 @@ class ListedSource:
     def __init__(self, root: Path, found: dict[str, list[int]]) -> None:
         self.root = root
         self._found = found
+        self.config_digest: str | None = None
 
     async def sync(
         self, models: Collection[str] | None = None, in_use: Collection[tuple[str, int]] = (), *, settle: bool = False
