@@ -12,6 +12,7 @@ from .handlers import register
 from .kube import connect
 from .reconcile import Reconciler
 from .settings import Settings
+from .settle import ModelSettle
 
 
 def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
@@ -38,15 +39,11 @@ def main() -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     kube = connect(settings.pod_http_timeout_seconds)
-    reconciler = Reconciler(kube=kube, defaults=settings.runtime_defaults())
-    registry = kopf.OperatorRegistry()
-    register(
-        registry,
-        reconciler,
-        settings.status_interval_seconds,
-        webhooks=settings.webhook_enabled,
-        model_settle=settings.model_settle_seconds,
+    reconciler = Reconciler(
+        kube=kube, defaults=settings.runtime_defaults(), settle=ModelSettle(settings.model_settle_seconds)
     )
+    registry = kopf.OperatorRegistry()
+    register(registry, reconciler, settings.status_interval_seconds, webhooks=settings.webhook_enabled)
 
     # A registry of our own lacks the default registry's login fallbacks: log in as kube.connect does,
     # through the official client (in-cluster ServiceAccount, else the kubeconfig).

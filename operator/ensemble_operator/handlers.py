@@ -16,17 +16,14 @@ def _pydantic_message(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
+SETTLE_MARGIN_S = 0.05  # a timer may fire a hair early: the handler's own change must have settled by then
+
+
 def register(
-    registry: kopf.OperatorRegistry,
-    reconciler: Reconciler,
-    status_interval: float,
-    *,
-    webhooks: bool = True,
-    model_settle: float = 0.0,
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, status_interval: float, *, webhooks: bool = True
 ) -> None:
     """Register every handler on `registry` (no global registry, no module state). Without `webhooks`
-    the admission handlers are left out: kopf refuses to run admission handlers with no server.
-    `model_settle`: seconds a Model change waits before its Ensembles are re-rendered (see Settings)."""
+    the admission handlers are left out: kopf refuses to run admission handlers with no server."""
 
     @kopf.on.resume(GROUP, VERSION, "ensembles", registry=registry)
     @kopf.on.create(GROUP, VERSION, "ensembles", registry=registry)
@@ -43,10 +40,11 @@ def register(
     @kopf.on.create(GROUP, VERSION, "models", registry=registry)
     @kopf.on.update(GROUP, VERSION, "models", field="spec", registry=registry)
     async def model_changed(body: kopf.Body, reason: str, **_: Any) -> None:
-        # Models applied together arrive as separate events, each re-rendering the Ensembles from all Models
-        # as they are then: wait until the batch has landed, so the pods get one config with all of it.
+        # Models applied together arrive as separate events moments apart: note the change (no reconcile
+        # renders it meanwhile, see settle.py), wait until the batch has landed, then render all of it at once.
         if reason != "resume":
-            await asyncio.sleep(model_settle)
+            reconciler.settle.changed(body["metadata"]["namespace"], body["metadata"]["name"])
+            await asyncio.sleep(reconciler.settle.seconds + SETTLE_MARGIN_S)
         await asyncio.to_thread(reconciler.model, dict(body))
 
     @kopf.timer(GROUP, VERSION, "models", interval=status_interval, registry=registry)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from .kube import KubeClient
 from .plan import plan_ensemble
 from .refresh import pods_to_refresh
 from .render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
+from .settle import ModelSettle
 from .status import PodReport, compute_model_status, compute_status, versions_found
 from .validation import validate_ensemble
 
@@ -25,11 +27,26 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass
+class KeyedLocks:
+    """One lock per key, made on first use: kopf runs handlers of different objects at the same time, and the
+    handlers of several Models (and the Ensemble's own timer) may reconcile one Ensemble at once."""
+
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+    _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
+
+    def of(self, key: tuple[str, str]) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
 @dataclass(frozen=True)
 class Reconciler:
     kube: KubeClient
     defaults: RuntimeDefaults
     clock: Callable[[], str] = utc_now
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    settle: ModelSettle = field(default_factory=ModelSettle)
 
     def models(self, namespace: str) -> dict[str, Model]:
         return {name: Model.model_validate(body) for name, body in self._model_bodies(namespace).items()}
@@ -45,17 +62,35 @@ class Reconciler:
         ]
 
     def ensemble(self, body: dict[str, Any]) -> str:
-        """Reconcile one Ensemble; returns the phase. Writes nothing when nothing changed."""
+        """Reconcile one Ensemble; returns the phase. Writes nothing when nothing changed. One at a time per
+        Ensemble, so that concurrent reconciles never each see the old world and each write the new one."""
         ens = Ensemble.model_validate(body)
+        ns, name = ens.metadata.namespace, ens.metadata.name
+        lock = self.locks.of((ns, name))
+        if not lock.acquire(blocking=False):
+            lock.acquire()  # another reconcile of it just ran: what we were handed may be out of date
+            fresh = self.kube.get(API_VERSION, "Ensemble", ns, name)
+            if fresh is None:
+                lock.release()
+                return "Unknown"
+            body, ens = fresh, Ensemble.model_validate(fresh)
+        try:
+            return self._ensemble(ens, body)
+        finally:
+            lock.release()
+
+    def _ensemble(self, ens: Ensemble, body: dict[str, Any]) -> str:
         ns, name = ens.metadata.namespace, ens.metadata.name
         bodies = self._model_bodies(ns)
         plan = plan_ensemble(ens, {n: Model.model_validate(b) for n, b in bodies.items()}, self.defaults)
-        applied = sum(self.kube.apply(obj) for obj in plan.apply)
+        objects = self._hold_settling_config(ens, plan.apply)
+        held = len(objects) < len(plan.apply)
+        applied = sum(self.kube.apply(obj) for obj in objects)
         deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
         deployment = self.kube.get("apps/v1", "Deployment", ns, name)
         pod_objects = self.kube.list_pods(ns, name) if deployment is not None else []
         before = {p["metadata"]["name"]: dict(p["metadata"].get("annotations") or {}) for p in pod_objects}
-        if plan.config_hash is not None:
+        if plan.config_hash is not None and not held:
             # The kubelet refreshes a mounted ConfigMap on its periodic sync (a minute or more) or at once when
             # the pod object changes: mark each pod with the config it should have, so changes land in seconds.
             # (With the time: a pod marked just now is not "stale" before the runtime's next poll.)
@@ -63,7 +98,7 @@ class Reconciler:
                 ns, pod_objects, CONFIG_HASH_ANNOTATION, plan.config_hash, {CONFIG_REFRESH_ANNOTATION: self.clock()}
             )
         pods = self.kube.pod_reports(ns, name, pod_objects)
-        if plan.config_hash is not None and plan.config_digest is not None:
+        if plan.config_hash is not None and plan.config_digest is not None and not held:
             self._refresh_stale(ens, pod_objects, before, pods, plan.config_hash, plan.config_digest)
         status = compute_status(ens, plan.issues, deployment, pods, self.clock(), plan.warnings)
         self.record_versions_found(
@@ -86,6 +121,18 @@ class Reconciler:
             warn = status.phase in ("Invalid", "Degraded")
             self.kube.emit_event(body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal")
         return status.phase or "Unknown"
+
+    def _hold_settling_config(self, ens: Ensemble, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`objects` without the runtime config while a Model it uses is settling (see settle.py), unless the
+        config does not exist yet (a new Ensemble gets its config at once)."""
+        ns = ens.metadata.namespace
+        waiting = self.settle.settling(ns, [step.model_ref.name for step in ens.spec.steps])
+        config = next((obj for obj in objects if obj["kind"] == "ConfigMap"), None)
+        if not waiting or config is None or self.kube.get("v1", "ConfigMap", ns, config["metadata"]["name"]) is None:
+            return objects
+        logger.info("Ensemble %s/%s: Model(s) %s changed moments ago; the config is written once they settle",
+                    ns, ens.metadata.name, ", ".join(waiting))
+        return [obj for obj in objects if obj is not config]
 
     def _refresh_stale(
         self,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -241,3 +243,36 @@ def _refresh_marks(api: FakeApi) -> list[str | None]:
         .get(CONFIG_REFRESH_ANNOTATION)
         for i in range(2)
     ]
+
+
+class SlowReads(FakeApi):
+    """Reads answer a moment after they read, so that two reconciles started together overlap."""
+
+    def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        answer = super().request(method, path, **kwargs)
+        if method == "GET":
+            time.sleep(0.02)
+        return answer
+
+
+def test_concurrent_reconciles_of_one_ensemble_write_once(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    """Two Models' handlers reconciling the same Ensemble at once: one writes the new config, the other
+    (run after it, on a fresh read) finds it written. Unserialised, both read the old world and both write."""
+    api = SlowReads()
+    for m in models.values():
+        api.put(object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True))
+    api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
+    rec = Reconciler(kube=KubeClient(api, http_get=_served, http_post=_index), defaults=RuntimeDefaults(),
+                     clock=lambda: "2026-01-01T00:00:00Z")
+    rec.ensemble(_ensemble_body(api))
+    model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
+    api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
+    config_path = object_path("v1", "ConfigMap", NS, "image-pipeline-repository")
+    seen = len(api.requests)
+    threads = [threading.Thread(target=rec.ensemble, args=(_ensemble_body(api),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    writes = [path for method, path in api.requests[seen:] if method == "PATCH" and path == config_path]
+    assert len(writes) == 1, writes
