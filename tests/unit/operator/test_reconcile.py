@@ -149,13 +149,16 @@ def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconci
     assert rec.kube.stats.pod_annotations == annotated + 2
 
 
-def _pod_hashes(api: FakeApi) -> list[str | None]:
+def _pod_annotations(api: FakeApi, key: str) -> list[str | None]:
+    """Annotation `key` of the two pods, in order."""
     return [
-        api.objects[object_path("v1", "Pod", NS, f"image-pipeline-{i}")]["metadata"]
-        .get("annotations", {})
-        .get(CONFIG_HASH_ANNOTATION)
+        api.objects[object_path("v1", "Pod", NS, f"image-pipeline-{i}")]["metadata"].get("annotations", {}).get(key)
         for i in range(2)
     ]
+
+
+def _pod_hashes(api: FakeApi) -> list[str | None]:
+    return _pod_annotations(api, CONFIG_HASH_ANNOTATION)
 
 
 def test_invalid_ensemble_reports_and_keeps_serving(world: tuple[FakeApi, Reconciler]) -> None:
@@ -237,12 +240,7 @@ def test_pods_still_on_an_older_config_are_nudged_again(ensemble: Ensemble, mode
 
 
 def _refresh_marks(api: FakeApi) -> list[str | None]:
-    return [
-        api.objects[object_path("v1", "Pod", NS, f"image-pipeline-{i}")]["metadata"]
-        .get("annotations", {})
-        .get(CONFIG_REFRESH_ANNOTATION)
-        for i in range(2)
-    ]
+    return _pod_annotations(api, CONFIG_REFRESH_ANNOTATION)
 
 
 class SlowReads(FakeApi):
