@@ -16,6 +16,7 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
 from ensemble_runtime.config import onnx_autocomplete
 from ensemble_runtime.config.model_config import ConfigError, model_filename
@@ -121,21 +122,12 @@ def _on_pool(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, fn: Call
         try:
             result = fn(arg)
         except BaseException as exc:  # handed to the caller, as run_in_executor does
-            loop.call_soon_threadsafe(_deliver, future, False, exc)
+            loop.call_soon_threadsafe(deliver, future, False, exc)
         else:
-            loop.call_soon_threadsafe(_deliver, future, True, result)
+            loop.call_soon_threadsafe(deliver, future, True, result)
 
     pool.submit(run)  # a closed loop raises in `run`: kept on the pool's future, nobody waits any more
     return future
-
-
-def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():  # the caller was cancelled meanwhile
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 def _to_ort(array: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.pb_utils import (
     InferenceRequest,
@@ -28,15 +29,6 @@ T = TypeVar("T")
 
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]
-
-
-def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():  # the caller was cancelled meanwhile
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 class _Worker:
@@ -75,7 +67,7 @@ class _Worker:
                 result, ok = exc, False
             del job, fn, args
             with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
-                loop.call_soon_threadsafe(_deliver, future, ok, result)
+                loop.call_soon_threadsafe(deliver, future, ok, result)
             del future, result
 
 
