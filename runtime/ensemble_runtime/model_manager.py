@@ -20,12 +20,13 @@ from ensemble_runtime.config.model_config import (
     parse_config_text,
 )
 from ensemble_runtime.ensemble.graph import build_graph
-from ensemble_runtime.errors import InferenceError, invalid, not_found, unavailable
+from ensemble_runtime.errors import InferenceError, invalid, not_found
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
 from ensemble_runtime.repository.local import ModelLocation, infer_platform, scan_roots, version_fingerprint
 from ensemble_runtime.repository.policy import select_versions
 from ensemble_runtime.version_loader import VersionLoader
+from ensemble_runtime.version_sets import hold_for_uploads, resolve_ensemble_set
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +52,6 @@ class _Plan:
     failed: bool = False  # some selected version did not load
     reverted: bool = False  # held on its old versions because a sibling step failed
     ensemble: EnsembleState | None = None
-
-
-def resolve_ensemble_set(registry: Registry, rec: ModelRecord) -> dict[int, LoadedVersion]:
-    """The version each step of an ensemble runs now; raises naming the step that is not ready."""
-    assert rec.ensemble is not None
-    graph = rec.ensemble.graph
-    chosen: dict[int, LoadedVersion] = {}
-    for step in graph.steps:
-        step_rec = registry.records.get(step.model_name)
-        if step_rec is None or not step_rec.served:
-            raise unavailable(f"ensemble '{rec.name}': step model '{step.model_name}' is not ready")
-        if step.model_version == -1:
-            lv = step_rec.versions[step_rec.served[-1]]
-        elif step.model_version in step_rec.served:
-            lv = step_rec.versions[step.model_version]
-        else:
-            raise unavailable(
-                f"ensemble '{rec.name}': step model '{step.model_name}' version {step.model_version} is not ready"
-            )
-        chosen[step.index] = lv
-    return chosen
 
 
 BeforeLoad = Callable[[Collection[str]], Awaitable[None]]
@@ -137,7 +117,7 @@ class ModelManager:
             if fetch and self.before_load is not None and set(wanted) - set(names):
                 await self.before_load(wanted)  # the ensemble's steps too
                 self.scan()
-            wanted, waits = self._hold_for_uploads(wanted)
+            wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
             for note in waits:
                 log.info("%s", note)
             plans: dict[str, _Plan] = {}
@@ -173,34 +153,6 @@ class ModelManager:
             if rec.ensemble is not None and rec.name not in wanted and rec.served
             and wanted & {step.model_name for step in rec.ensemble.graph.steps}
         ]
-
-    def _hold_for_uploads(self, wanted: list[str]) -> tuple[list[str], list[str]]:
-        """Leave out the serving members of each loaded ensemble one of whose models has a version still
-        uploading, so that the ensemble switches once, to the whole new set, when the upload is complete
-        (steps uploaded together never serve half old, half new). Returns what to load and why not the rest."""
-        uploading = {name: sorted(v) for name, v in (self.uploading() if self.uploading else {}).items() if v}
-        if not uploading:
-            return wanted, []
-        held: set[str] = set()
-        notes: list[str] = []
-        for rec in self.registry.records.values():
-            if rec.ensemble is None or not rec.served or rec.name not in wanted:
-                continue
-            group = {step.model_name for step in rec.ensemble.graph.steps} | {rec.name}
-            busy = [f"'{name}' version(s) {uploading[name]}" for name in sorted(group) if name in uploading]
-            members = sorted(name for name in group if name in wanted and self._serving(name))
-            if not busy or not members:
-                continue
-            held.update(members)
-            notes.append(
-                f"ensemble '{rec.name}': {', '.join(busy)} still uploading; "
-                f"{', '.join(members)} keep serving their current versions until the upload is complete"
-            )
-        return [name for name in wanted if name not in held], notes
-
-    def _serving(self, name: str) -> bool:
-        rec = self.registry.records.get(name)
-        return rec is not None and bool(rec.served)
 
     def _with_steps(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
         """Names plus the step models of any ensembles among them, steps first."""
