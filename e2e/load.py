@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Self
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
+
+from tests.support.load import ThreadedLoad
 
 GRPC_PORT = 8001
 
@@ -38,7 +39,7 @@ class Outcome:
         return self.finished - self.started
 
 
-class BalancedLoad:
+class BalancedLoad(ThreadedLoad[Outcome]):
     """`workers` threads calling `model` back to back over the ready endpoints until `stop()` or `deadline_s`."""
 
     def __init__(
@@ -50,49 +51,37 @@ class BalancedLoad:
         refresh_s: float = 0.25,
         deadline_s: float = 600.0,
     ) -> None:
+        super().__init__(workers, deadline_s)
         self._read_endpoints = endpoints
         self.model = model
         self._refresh_s = refresh_s
-        self._deadline = time.monotonic() + deadline_s
-        self._lock = threading.Condition()
         self._endpoints: list[str] = endpoints()
-        self._outcomes: list[Outcome] = []
-        self._stop = threading.Event()
         self._resume = threading.Event()
         self._resume.set()
         self._in_flight = 0
-        self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
         self._refresher = threading.Thread(target=self._refresh, daemon=True)
 
     def __enter__(self) -> Self:
         self._refresher.start()
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        return super().__enter__()
 
     def stop(self) -> list[Outcome]:
-        self._stop.set()
-        for thread in [*self._threads, self._refresher]:
-            thread.join(30)
-        return self.outcomes()
+        outcomes = super().stop()
+        self._refresher.join(30)
+        return outcomes
 
     def outcomes(self, since: float = 0.0) -> list[Outcome]:
-        with self._lock:
+        with self._changed:
             return [o for o in self._outcomes if o.started >= since]
 
     def endpoints(self) -> list[str]:
-        with self._lock:
+        with self._changed:
             return list(self._endpoints)
 
     def wait_for(self, what: str, match: Callable[[Outcome], bool], since: float, timeout: float) -> Outcome:
         """The first outcome started after `since` that matches, waiting with a deadline."""
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._changed:
             while True:
                 found = next((o for o in self._outcomes if o.started >= since and match(o)), None)
                 if found is not None:
@@ -101,17 +90,17 @@ class BalancedLoad:
                 if left <= 0:
                     last = self._outcomes[-3:]
                     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last outcomes: {last}")
-                self._lock.wait(min(left, 1.0))
+                self._changed.wait(min(left, 1.0))
 
     def wait_progress(self, since: float, count: int = 20, timeout: float = 30.0) -> None:
         """Wait until `count` requests started after `since` have finished (the load is still flowing)."""
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._changed:
             while sum(1 for o in self._outcomes if o.started >= since) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"fewer than {count} requests finished within {timeout:.0f}s")
-                self._lock.wait(min(left, 1.0))
+                self._changed.wait(min(left, 1.0))
 
     @contextmanager
     def paused(self, timeout: float = 30.0) -> Iterator[None]:
@@ -120,12 +109,12 @@ class BalancedLoad:
         self._resume.clear()
         try:
             deadline = time.monotonic() + timeout
-            with self._lock:
+            with self._changed:
                 while self._in_flight:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError(f"{self._in_flight} request(s) still in flight after {timeout:.0f}s")
-                    self._lock.wait(min(left, 1.0))
+                    self._changed.wait(min(left, 1.0))
             yield
         finally:
             self._resume.set()
@@ -138,16 +127,16 @@ class BalancedLoad:
                 current = self._read_endpoints()
             except Exception:  # the API server is busy: keep the last view, as a client library would
                 continue
-            with self._lock:
+            with self._changed:
                 self._endpoints = current
 
-    def _run(self, worker: int) -> None:
+    def _work(self, worker: int) -> None:
         clients: dict[str, grpcclient.InferenceServerClient] = {}
         try:
             for i in itertools.count():
-                if self._stop.is_set() or time.monotonic() > self._deadline:
+                if not self._running():
                     return
-                with self._lock:
+                with self._changed:
                     endpoints = list(self._endpoints) if self._resume.is_set() else []
                     self._in_flight += bool(endpoints)
                 if not endpoints:  # paused, or no ready endpoint: a client would back off the same way
@@ -157,13 +146,11 @@ class BalancedLoad:
                 try:
                     if address not in clients:
                         clients[address] = grpcclient.InferenceServerClient(f"{address}:{GRPC_PORT}")
-                    outcome = self._call(clients[address], address, worker, i)
-                    with self._lock:
-                        self._outcomes.append(outcome)
+                    self._record(self._call(clients[address], address, worker, i))
                 finally:
-                    with self._lock:
+                    with self._changed:
                         self._in_flight -= 1
-                        self._lock.notify_all()
+                        self._changed.notify_all()
         finally:
             for client in clients.values():
                 client.close()

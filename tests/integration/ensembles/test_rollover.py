@@ -7,12 +7,10 @@ mixed), the set agrees with the `ensemble_versions` response parameter, every re
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.integration.ensembles import repo
 from tests.integration.ensembles.support import ensemble_versions, fp32_input, index, x_rows
+from tests.support.load import ThreadedLoad
 from tests.support.runtime_process import RuntimeProcess
 
 ENSEMBLE = repo.ROLLOVER_ENSEMBLE
@@ -43,38 +42,17 @@ class Outcome:
     error: str = ""
 
 
-class LoadGenerator:
+class LoadGenerator(ThreadedLoad[Outcome]):
     """THREADS client threads calling the ensemble in a loop, until stopped, REQUEST_LIMIT or the deadline."""
 
     def __init__(self, url: str) -> None:
+        super().__init__(THREADS, LOAD_DEADLINE_S)
         self._url = url
-        self._changed = threading.Condition()
-        self._outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._deadline = time.monotonic() + LOAD_DEADLINE_S
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(THREADS)]
 
-    def __enter__(self) -> LoadGenerator:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> list[Outcome]:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-        with self._changed:
-            return list(self._outcomes)
-
-    def _run(self, thread: int) -> None:
+    def _work(self, thread: int) -> None:
         with grpcclient.InferenceServerClient(self._url) as client:
             for i in range(REQUEST_LIMIT):
-                if self._stop.is_set() or time.monotonic() > self._deadline:
+                if not self._running():
                     return
                 with self._changed:
                     if len(self._outcomes) >= REQUEST_LIMIT:
@@ -95,9 +73,7 @@ class LoadGenerator:
                     )
                 except InferenceServerException as exc:
                     outcome = Outcome(thread, started, time.monotonic(), error=f"{exc.status()}: {exc.message()}")
-                with self._changed:
-                    self._outcomes.append(outcome)
-                    self._changed.notify_all()
+                self._record(outcome)
 
     def wait_started_after(self, moment: float, per_thread: int = 20) -> None:
         """Block until every thread has finished `per_thread` requests it started after `moment`."""

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.infra.process import poll_until
 from tests.integration.s3.helpers import S3Helper
+from tests.support.load import ThreadedLoad
 from tests.support.runtime_process import RuntimeProcess
 
 ENSEMBLE = "pipe"
@@ -118,7 +117,7 @@ def _x(worker: int, i: int) -> npt.NDArray[np.float32]:
     return np.array([[base + j for j in range(4)]], np.float32)
 
 
-class Load:
+class Load(ThreadedLoad[Outcome]):
     """`workers` threads, each with its own gRPC client, calling `model` back to back until `stop()`,
     `deadline_s` or `max_requests` (all threads together), whichever comes first."""
 
@@ -131,48 +130,24 @@ class Load:
         deadline_s: float = 45.0,
         max_requests: int = 200_000,
     ) -> None:
+        super().__init__(workers, deadline_s)
         self.url = url
         self.model = model
-        self.workers = workers
         self.max_requests = max_requests
-        self._deadline = time.monotonic() + deadline_s
-        self._changed = threading.Condition()
-        self._outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
-
-    def __enter__(self) -> Self:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> list[Outcome]:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-        return self.outcomes()
 
     def outcomes(self) -> list[Outcome]:
         with self._changed:
             return list(self._outcomes)
 
-    def _run(self, worker: int) -> None:
+    def _work(self, worker: int) -> None:
         with grpcclient.InferenceServerClient(self.url) as client:
             for i in range(self.max_requests):
-                if self._stop.is_set() or time.monotonic() > self._deadline:
+                if not self._running():
                     return
                 with self._changed:
                     if len(self._outcomes) >= self.max_requests:
                         return
-                outcome = self._call(client, worker, i)
-                with self._changed:
-                    self._outcomes.append(outcome)
-                    self._changed.notify_all()
+                self._record(self._call(client, worker, i))
 
     def _call(self, client: grpcclient.InferenceServerClient, worker: int, i: int) -> Outcome:
         x = _x(worker, i)
