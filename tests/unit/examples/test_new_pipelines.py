@@ -23,13 +23,12 @@ from ensemble_runtime.config.model_config import apply_defaults, check_config, r
 from ensemble_runtime.config.onnx_autocomplete import read_graph_io
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.inference import BackendRequest
-from ensemble_runtime.server import Server, build_dataplane, default_backends
-from ensemble_runtime.settings import RuntimeSettings
 from google.protobuf import text_format
 from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.unit.examples.test_client_end_to_end import free_port
+from tests.support.ports import free_port
+from tests.unit.examples.in_process import serving_in_process
 
 Arrays = dict[str, npt.NDArray[Any]]
 T = TypeVar("T")
@@ -271,17 +270,7 @@ def test_only_builds_a_new_pipeline_with_what_it_needs(tmp_path: Path) -> None:
 
 
 async def _serve(repo: Path, port: int, call: Callable[[Any], T]) -> T:
-    settings = RuntimeSettings(
-        model_repositories=[str(repo)],
-        grpc_address="127.0.0.1",
-        grpc_port=port,
-        allow_http=False,
-        allow_metrics=False,
-        exit_timeout_secs=5.0,
-    )
-    server = Server(settings, build_dataplane(settings, default_backends()))
-    await server.start()
-    try:
+    async with serving_in_process(repo, port):
 
         def with_client() -> T:
             with grpcclient.InferenceServerClient(url=f"127.0.0.1:{port}") as triton:
@@ -289,8 +278,6 @@ async def _serve(repo: Path, port: int, call: Callable[[Any], T]) -> T:
                 return call(triton)
 
         return await asyncio.to_thread(with_client)
-    finally:
-        await server.drain_and_stop()
 
 
 def serve(repo: Path, call: Callable[[Any], T]) -> T:
