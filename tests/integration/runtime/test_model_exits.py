@@ -3,6 +3,7 @@ fails itself, never the server: real runtime processes, real requests over gRPC 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -120,7 +121,7 @@ def test_a_model_ending_the_process_while_loading_fails_only_that_model(tmp_path
         wait_for(lambda: all((n, "1") in index_of(proc) for n in LOAD_TIME), "every model tried", proc)
         index = index_of(proc)
         log = proc.log_text()
-        for name, (where, how) in LOAD_TIME.items():
+        for name, (_, how) in LOAD_TIME.items():
             entry = index[(name, "1")]
             assert entry["state"] == "UNAVAILABLE", entry
             assert f"model '{name}' version 1" in entry["reason"] and RAISED[how] in entry["reason"], entry
@@ -137,7 +138,7 @@ def test_a_model_ending_the_process_in_execute_fails_only_that_request(tmp_path:
     names = ["good", "finalize_exit", *EXECUTE_TIME]
     with RuntimeProcess([repo], ["--model-control-mode=explicit", *(f"--load-model={n}" for n in names)]) as proc:
         proc.wait_ready(timeout=120)
-        for name, (where, how, config) in EXECUTE_TIME.items():
+        for name, (_, how, config) in EXECUTE_TIME.items():
             expected = f"model '{name}' version 1: execute raised {RAISED[how]}"
             with proc.grpc_client() as client, pytest.raises(InferenceServerException) as grpc_info:
                 client.infer(name, grpc_x(1.0, batched=config is BATCHED))
@@ -166,10 +167,8 @@ def test_a_version_that_killed_the_process_is_skipped_after_the_restart(tmp_path
     args = ["--model-control-mode=poll", "--repository-poll-secs=0.5", f"--model-cache-dir={cache}"]
 
     first = RuntimeProcess([repo], args)
-    try:
+    with contextlib.suppress(RuntimeError):  # it may die before it answers as live
         first.start(timeout=120)
-    except RuntimeError:
-        pass  # it may die before it answers as live
     assert first.proc is not None
     assert first.proc.wait(timeout=120) == 1
     first.stop()
