@@ -117,9 +117,11 @@ class Reconciler:
                 status.phase,
             )
         if written and status.phase != old_phase:
-            ready = next(c for c in status.conditions if c.type == "Ready")
+            # a Degraded event says why (e.g. "pod p: m 2: the runtime died while loading this version")
+            kind = "Degraded" if status.phase == "Degraded" else "Ready"
+            shown = next(c for c in status.conditions if c.type == kind)
             warn = status.phase in ("Invalid", "Degraded")
-            self.kube.emit_event(body, status.phase or "Unknown", ready.message, "Warning" if warn else "Normal")
+            self.kube.emit_event(body, status.phase or "Unknown", shown.message, "Warning" if warn else "Normal")
         return status.phase or "Unknown"
 
     def _hold_settling_config(self, ens: Ensemble, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import ModelInstance
-from ensemble_runtime.errors import ErrorCode, InferenceError, internal, unavailable
+from ensemble_runtime.errors import ErrorCode, InferenceError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
 from ensemble_runtime.stats import ModelStats
 
@@ -190,6 +190,10 @@ class Scheduler:
             results = await instance.execute([item.request for item in live])
         except Exception as exc:  # a backend bug must fail these requests, not the worker
             results = [exc] * len(live)
+        except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
+            if must_propagate(exc):
+                raise
+            results = [internal(f"model '{self.model}': execution raised {exc!r}")] * len(live)
         elapsed = time.perf_counter_ns() - start
         self.stats.record_execution(sum(item.batch for item in live), len(live), elapsed)
         if len(results) != len(live):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 
 
@@ -45,3 +46,11 @@ def unavailable(message: str) -> InferenceError:
 
 def internal(message: str) -> InferenceError:
     return InferenceError(ErrorCode.INTERNAL, message)
+
+
+def must_propagate(exc: BaseException) -> bool:
+    """Whether a BaseException caught where model code is called must pass on: the cancellation of our own
+    task and a generator being closed. Everything else model code raises (SystemExit, KeyboardInterrupt, any
+    BaseException subclass) is contained there and becomes an error naming the model; left alone, asyncio
+    re-raises SystemExit and KeyboardInterrupt out of the event loop and the whole server ends."""
+    return isinstance(exc, asyncio.CancelledError | GeneratorExit)

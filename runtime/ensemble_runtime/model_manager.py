@@ -21,6 +21,7 @@ from ensemble_runtime.config.model_config import (
 )
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found
+from ensemble_runtime.load_journal import DIED_LOADING
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
 from ensemble_runtime.repository.local import ModelLocation, infer_platform, scan_roots, version_fingerprint
@@ -225,12 +226,19 @@ class ModelManager:
         backend = self.loader.backends.get(backend_of(config))
         if backend is None:
             raise ConfigError(f"model '{name}': backend '{backend_of(config)}' is not available in this runtime")
-        selection = select_versions(config.version_policy, location.versions)
-        if not selection.selected:
+        wanted = select_versions(config.version_policy, location.versions)
+        # versions that were loading when the process died: skipped, the policy's next pick serves instead
+        died = self.loader.died_loading(name, config, {v: location.versions[v] for v in wanted.selected})
+        selection = select_versions(config.version_policy, set(location.versions) - set(died)) if died else wanted
+        if not selection.selected and not died:
             missing = f" (asked for {list(selection.missing)})" if selection.missing else ""
             raise ConfigError(f"model '{name}': no version available under its version policy{missing}")
         plan = _Plan(record=rec, served=())
-        failures: list[str] = [f"version {v} not found in the repository" for v in selection.missing]
+        failures: list[str] = [f"version {v} not found in the repository" for v in wanted.missing]
+        for version, fingerprint in died.items():
+            plan.new.append(LoadedVersion(model=name, version=version, config=config, scheduler=None,
+                                          state=VersionState.UNAVAILABLE, reason=DIED_LOADING, fingerprint=fingerprint))
+            failures.append(f"version {version}: {DIED_LOADING}")
         ready: list[int] = []
         for version in selection.selected:
             path = location.versions[version]
@@ -251,7 +259,7 @@ class ModelManager:
                                    state=VersionState.UNAVAILABLE, reason=reason)
                 log.error("not loading model '%s' version %d: %s", name, version, reason)
             else:
-                lv = await self.loader.load(name, config, version, path, location.path, backend)
+                lv = await self.loader.load(name, config, version, path, location.path, backend, fingerprint)
             lv.fingerprint = fingerprint
             plan.new.append(lv)
             if lv.state == VersionState.UNAVAILABLE:

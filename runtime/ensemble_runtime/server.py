@@ -24,6 +24,7 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.memory import make_device_free
 from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.load_journal import JOURNAL_FILENAME, LoadJournal
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
@@ -57,6 +58,16 @@ def build_sources(settings: RuntimeSettings, cache: Path) -> list[Source]:
     return sources
 
 
+def build_journal(settings: RuntimeSettings) -> LoadJournal | None:
+    """The load journal: --load-journal, else one in --model-cache-dir (a temporary cache dir would not
+    outlive the process, so without either there is none)."""
+    if settings.load_journal is not None:
+        return LoadJournal(settings.load_journal)
+    if settings.model_cache_dir is not None:
+        return LoadJournal(settings.model_cache_dir / JOURNAL_FILENAME)
+    return None
+
+
 def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> DataPlane:
     registry = Registry()
     holder: list[DataPlane] = []
@@ -69,7 +80,7 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     roots = [Path(r) for r in settings.model_repositories if "://" not in r] + storage.roots
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
     loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
-                           device_free=make_device_free(os.environ))
+                           device_free=make_device_free(os.environ), journal=build_journal(settings))
 
     async def sync_before_load(names: Collection[str]) -> None:
         await storage.sync(names, settle=True)

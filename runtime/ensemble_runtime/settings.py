@@ -36,6 +36,7 @@ class RuntimeSettings(BaseModel):
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     http_max_body_bytes: int = 256 * 1024 * 1024
     model_cache_dir: Path | None = None
+    load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
     log_verbose: int = 0
     memory_budget_bytes: int = 0
     memory_factor: float = 2.0
@@ -83,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
     p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024)
     p.add_argument("--model-cache-dir", type=Path, default=None)
+    p.add_argument("--load-journal", type=Path, default=None,
+                   help="file recording the versions being loaded, so one that was loading when the process died "
+                        "is skipped after the restart (default: <model-cache-dir>/load-journal when "
+                        "--model-cache-dir is given; the default cache dir is temporary, so none without it)")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--memory-budget-bytes", type=int, default=0,
                    help="memory a new version may take next to the loaded ones (0: no budget)")

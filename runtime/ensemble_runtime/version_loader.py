@@ -1,7 +1,9 @@
-"""Loading one model version: memory budget, backend load, scheduler, warm-up. Failure = UNAVAILABLE + reason."""
+"""Loading one model version: memory budget, load journal, backend load, scheduler, warm-up. Failure =
+UNAVAILABLE + reason."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -12,9 +14,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import ConfigError
-from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.errors import InferenceError, must_propagate
+from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
 from ensemble_runtime.registry import LoadedVersion, VersionState
+from ensemble_runtime.repository.local import version_fingerprint
 from ensemble_runtime.warmup import warmup_requests
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,15 @@ class VersionLoader:
     cache_dir: Path | None = None
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     device_free: DeviceFree | None = None
+    journal: LoadJournal | None = None  # versions loading when the process last died (None: not kept)
+
+    def died_loading(self, name: str, config: mc.ModelConfig, versions: Mapping[int, Path]) -> dict[int, str]:
+        """Those of `versions` (number -> path) that were loading, with the same fingerprint, when an earlier
+        process died: number -> fingerprint. They are not loaded again until their content changes."""
+        if self.journal is None or not self.journal.any_died(name):
+            return {}
+        found = {v: version_fingerprint(config, path) for v, path in versions.items()}
+        return {v: fp for v, fp in found.items() if self.journal.died(name, v, fp)}
 
     def over_budget(self, path: Path, loaded: Iterable[LoadedVersion]) -> str:
         """'' when a version at `path` fits next to what is loaded, else the reason it does not."""
@@ -42,6 +55,20 @@ class VersionLoader:
         return f"memory budget: {describe(need, in_use, self.budget.budget_bytes, available)}"
 
     async def load(
+        self, name: str, config: mc.ModelConfig, version: int, path: Path, model_path: Path, backend: Backend,
+        fingerprint: str = "",
+    ) -> LoadedVersion:
+        """Load one version; with a journal and a fingerprint, the load is journaled while it runs."""
+        journal = self.journal if fingerprint else None
+        if journal is not None:
+            await asyncio.to_thread(journal.begin, name, version, fingerprint)
+        try:
+            return await self._load(name, config, version, path, model_path, backend)
+        finally:
+            if journal is not None:
+                await asyncio.to_thread(journal.end, name, version, fingerprint)
+
+    async def _load(
         self, name: str, config: mc.ModelConfig, version: int, path: Path, model_path: Path, backend: Backend
     ) -> LoadedVersion:
         lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
@@ -60,6 +87,10 @@ class VersionLoader:
             lv.state, lv.reason = VersionState.UNAVAILABLE, str(exc)
         except Exception as exc:  # user code (a Python model's initialize) can raise anything
             lv.state, lv.reason = VersionState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt a backend let through
+            if must_propagate(exc):
+                raise
+            lv.state, lv.reason = VersionState.UNAVAILABLE, f"model '{name}' version {version}: load raised {exc!r}"
         else:
             lv.scheduler = scheduler
             log.info("loaded model '%s' version %d", name, version)
@@ -74,7 +105,9 @@ class VersionLoader:
         for request in requests:
             try:
                 await scheduler.submit(request)
-            except Exception as exc:
+            except BaseException as exc:
+                if must_propagate(exc):
+                    raise
                 message = exc.message if isinstance(exc, InferenceError) else f"{type(exc).__name__}: {exc}"
                 raise ConfigError(f"warm-up request '{request.request_id}' failed: {message}") from None
         if requests:

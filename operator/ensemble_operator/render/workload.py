@@ -22,6 +22,7 @@ from .common import (
 
 UID = 1000
 CACHE_DIR = "/var/cache/ensemble"
+LOAD_JOURNAL = f"{CACHE_DIR}/load-journal"
 CONFIG_DIR = "/etc/ensemble"
 PROBE_PERIOD_SECONDS = 10
 
@@ -37,6 +38,8 @@ def runtime_args(ensemble: Ensemble) -> list[str]:
         str(rt.poll_interval_seconds),
         "--model-cache-dir",
         CACHE_DIR,
+        "--load-journal",  # on the cache emptyDir: survives a container restart, so a version that killed
+        LOAD_JOURNAL,  # the runtime while loading is skipped after it (no crash loop); gone with the pod
         "--grpc-port",
         str(GRPC_PORT),
         "--http-port",

@@ -12,6 +12,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.posted: list[Any] = []  # bodies of POSTs (e.g. Events), in order
 
     def put(self, path: str, obj: dict[str, Any]) -> None:
         self.objects[path] = copy.deepcopy(obj)
@@ -60,6 +61,7 @@ class FakeApi:
         if method == "DELETE":
             return (200, self.objects.pop(path)) if path in self.objects else (404, None)
         if method == "POST":
+            self.posted.append(body)
             return 201, body
         raise AssertionError(f"unexpected {method} {path}")
 

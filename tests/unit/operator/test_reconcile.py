@@ -274,3 +274,29 @@ def test_concurrent_reconciles_of_one_ensemble_write_once(ensemble: Ensemble, mo
         thread.join(10)
     writes = [path for method, path in api.requests[seen:] if method == "PATCH" and path == config_path]
     assert len(writes) == 1, writes
+
+
+def test_a_version_that_killed_the_runtime_reaches_the_status_and_an_event(ensemble: Ensemble,
+                                                                          models: dict[str, Model]) -> None:
+    """The runtime's index marks a version its load journal skipped; the Degraded condition and a Warning
+    event carry that reason (the pods stay ready: the previous version serves)."""
+    died = "the runtime died while loading this version"  # the runtime's load_journal.DIED_LOADING
+
+    def index(url: str, body: bytes, timeout: float) -> Any:
+        return [{"name": "classifier", "version": "2", "state": "READY", "reason": ""},
+                {"name": "classifier", "version": "3", "state": "UNAVAILABLE", "reason": died}]
+
+    api = FakeApi()
+    for m in models.values():
+        api.put(object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True))
+    api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
+    rec = Reconciler(kube=KubeClient(api, http_get=_served, http_post=index), defaults=RuntimeDefaults(),
+                     clock=lambda: "2026-01-01T00:00:00Z")
+    rec.ensemble(_ensemble_body(api))
+    _mark_deployment_ready(api)
+    assert rec.ensemble(_ensemble_body(api)) == "Degraded"
+    degraded = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Degraded"]
+    assert degraded["reason"] == "VersionLoadFailed"
+    assert f"classifier 3: {died}" in degraded["message"], degraded
+    events = [b for b in api.posted if isinstance(b, dict) and b.get("kind") == "Event"]
+    assert events[-1]["type"] == "Warning" and f"classifier 3: {died}" in events[-1]["message"], events

@@ -115,6 +115,18 @@ def test_deployment_contract(ensemble: Ensemble, models: dict[str, Model]) -> No
     assert objs["HorizontalPodAutoscaler/image-pipeline"]["spec"]["maxReplicas"] == 6
 
 
+def test_load_journal_outlives_a_container_restart(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    """The runtime's load journal is a file on an emptyDir (kept across container restarts, so a version that
+    killed the runtime while loading is skipped after the restart instead of crash-looping the pod)."""
+    pod = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["Deployment/image-pipeline"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    args = container["args"]
+    journal = args[args.index("--load-journal") + 1]
+    mount = next(m for m in container["volumeMounts"] if journal.startswith(m["mountPath"].rstrip("/") + "/"))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert "emptyDir" in volume and not mount.get("readOnly"), (mount, volume)
+
+
 def test_repository_json_matches_schema(ensemble: Ensemble, models: dict[str, Model]) -> None:
     cm = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["ConfigMap/image-pipeline-repository"]
     doc = json.loads(cm["data"]["repository.json"])

@@ -13,10 +13,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ensemble_runtime.backends.base import LoadContext, ModelInstance
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
-from ensemble_runtime.backends.python.instance import PythonInstance
+from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
 from ensemble_runtime.backends.python.loader import ModelModule, load_model_module
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.dtypes import config_to_wire
+from ensemble_runtime.errors import must_propagate
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ class PythonBackend:
             completed = auto_complete(ModelConfig(triton_config_json(config)))
         except Exception as exc:
             raise ConfigError(f"{path}: auto_complete_config failed: {type(exc).__name__}: {exc}") from None
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: contained, as any other error
+            if must_propagate(exc):
+                raise
+            raise ConfigError(f"model '{config.name}' version {version_path.name}: auto_complete_config "
+                              f"raised {exc!r}") from None
         finally:
             module.release()
         if not isinstance(completed, ModelConfig):
@@ -75,9 +81,12 @@ class PythonBackend:
             for slot in slots:
                 model = model_class()
                 instances.append(
-                    PythonInstance(model, config.name, slot.name, target, output_types, release, inline=inline)
+                    PythonInstance(model, config.name, slot.name, target, output_types, release, inline=inline,
+                                   version=context.version)
                 )
-        except Exception as exc:
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
             for instance in instances:
                 instance.discard()
             for _ in range(len(slots) - len(instances)):
@@ -100,6 +109,8 @@ class PythonBackend:
                 else:
                     await instance.close()
             first = failures[0]
+            if isinstance(first, ModelExitError):  # already names the model, version and what it raised
+                raise ConfigError(first.message) from None
             raise ConfigError(
                 f"model '{config.name}' version {context.version}: initialize() in {path} failed: "
                 f"{type(first).__name__}: {first}"
@@ -157,6 +168,11 @@ def _import(path: Path, config: mc.ModelConfig, version_path: Path) -> ModelModu
         ) from None
     except Exception as exc:
         raise ConfigError(f"model '{config.name}': importing {path} failed: {type(exc).__name__}: {exc}") from None
+    except BaseException as exc:  # SystemExit or KeyboardInterrupt at import: the model fails, not the server
+        if must_propagate(exc):
+            raise
+        raise ConfigError(f"model '{config.name}' version {version_path.name}: importing {path} raised "
+                          f"{exc!r}") from None
 
 
 class _Countdown:

@@ -21,11 +21,19 @@ from ensemble_runtime.backends.python.pb_utils import (
     error_code_of,
 )
 from ensemble_runtime.dtypes import numpy_to_wire
-from ensemble_runtime.errors import InferenceError, internal
+from ensemble_runtime.errors import ErrorCode, InferenceError, internal, must_propagate
 from ensemble_runtime.inference import BackendRequest, BackendResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class ModelExitError(InferenceError):
+    """A BaseException that model code raised (SystemExit, KeyboardInterrupt, ...), contained where the model
+    was called: the request (or the load) fails, the server keeps running."""
+
+    def __init__(self, model: str, version: int, what: str, exc: BaseException) -> None:
+        super().__init__(ErrorCode.INTERNAL, f"model '{model}' version {version}: {what} raised {exc!r}")
 
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]
@@ -84,7 +92,9 @@ class PythonInstance:
         on_close: Callable[[], None],
         *,
         inline: bool = False,
+        version: int = 0,
     ) -> None:
+        self._version = version
         self._inline = inline  # run a synchronous execute on the loop (opt-in per model, see backend.py)
         self._model = model
         self._name = name
@@ -95,7 +105,23 @@ class PythonInstance:
         self._closed = False
 
     async def call(self, method: Callable[..., Any], *args: Any) -> Any:
-        """Call one of the model's methods where it belongs, with BLS pointed at this server."""
+        """Call one of the model's methods where it belongs, with BLS pointed at this server; a BaseException
+        it raises (not our cancellation) comes back as a ModelExitError, before it can reach the event loop."""
+        try:
+            return await self._call(method, *args)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            raise self._contained(getattr(method, "__name__", "model code"), exc) from None
+
+    def _contained(self, what: str, exc: BaseException) -> ModelExitError:
+        error = ModelExitError(self._name, self._version, what, exc)
+        log.error("%s; contained, the server keeps running", error.message)
+        return error
+
+    async def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(method):
             token = bls.BLS_TARGET.set(self._target)
             try:
@@ -118,6 +144,12 @@ class PythonInstance:
         token = bls.BLS_TARGET.set(self._target)
         try:
             return execute(pb_requests)
+        except Exception:
+            raise
+        except BaseException as exc:  # on the loop itself: SystemExit here would end the server
+            if must_propagate(exc):
+                raise
+            raise self._contained("execute", exc) from None
         finally:
             bls.BLS_TARGET.reset(token)
 
@@ -125,6 +157,8 @@ class PythonInstance:
         pb_requests = [_incoming(request) for request in requests]
         try:
             responses = await self._execute(pb_requests)
+        except ModelExitError as exc:
+            return [exc] * len(requests)
         except Exception as exc:
             failure = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
             return [failure] * len(requests)
