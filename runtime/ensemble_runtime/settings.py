@@ -35,7 +35,7 @@ class RuntimeSettings(BaseModel):
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     http_max_body_bytes: int = 256 * 1024 * 1024
-    http_max_json_bytes: int = 16 * 1024 * 1024
+    http_max_json_bytes: int = 8 * 1024 * 1024
     max_config_bytes: int = 1024 * 1024
     model_cache_dir: Path | None = None
     log_verbose: int = 0
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
     p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
-    p.add_argument("--http-max-json-bytes", type=int, default=16 * 1024 * 1024,
+    p.add_argument("--http-max-json-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")
     p.add_argument("--max-config-bytes", type=int, default=1024 * 1024,

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 _MODEL = "/v2/models/{model}"
 _VERSION = "/v2/models/{model}/versions/{version}"
-DEFAULT_MAX_JSON_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_JSON_BYTES = 8 * 1024 * 1024
 
 
 def _json(obj: object, status: int = status_codes.HTTP_OK) -> web.Response:
