@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ensemble_runtime import __version__
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.errors import InferenceError, internal, not_found, unavailable
+from ensemble_runtime.errors import InferenceError, internal, not_found, quote_name, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
@@ -62,7 +62,7 @@ class DataPlane:
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         rec = self.registry.records.get(name)
         if rec is None or rec.config is None:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
+            raise not_found(f"Request for unknown model: {quote_name(name)} is not found")
         if version:
             return self.registry.find(name, version).config
         default = rec.default_version()
@@ -73,7 +73,7 @@ class DataPlane:
         serves two steps at different versions)."""
         rec = self.registry.records.get(name)
         if rec is None or rec.ensemble is None:
-            raise not_found(f"'{name}' is not a loaded ensemble")
+            raise not_found(f"{quote_name(name)} is not a loaded ensemble")
         out: dict[str, int] = {}
         for index, lv in sorted(rec.ensemble.steps.items()):
             key = lv.model if out.get(lv.model, lv.version) == lv.version else f"{lv.model}#{index}"
@@ -84,7 +84,7 @@ class DataPlane:
         if name:
             rec = self.registry.records.get(name)
             if rec is None or not rec.served:
-                raise not_found(f"requested model '{name}' is not available")
+                raise not_found(f"requested model {quote_name(name)} is not available")
             if version:
                 return [self.registry.find(name, version)]
             return [rec.versions[v] for v in rec.served]
@@ -173,7 +173,7 @@ class DataPlane:
         lv.stats.last_inference_ms = int(time.time() * 1000)
         missing = [n for n in requested if n not in outputs]
         if missing:
-            raise internal(f"model '{request.model_name}' did not produce requested output(s) {missing}")
+            raise internal(f"model {quote_name(request.model_name)} did not produce requested output(s) {missing}")
         return InferResponse(
             model_name=request.model_name,
             model_version=str(lv.version),

@@ -8,7 +8,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ensemble_runtime.errors import invalid
+from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
+
+MAX_DIMS = 32  # dimensions a tensor may declare (numpy's limit on some versions; no model needs more)
+_MAX_ELEMENTS_BYTES = 2**63 - 1  # numpy's largest array, in bytes, even with a zero dimension
 
 # wire name -> numpy dtype (BYTES is an object array of bytes)
 _WIRE_TO_NUMPY: dict[str, np.dtype[Any]] = {
@@ -66,6 +69,22 @@ def element_size(wire: str) -> int:
     return wire_to_numpy(wire).itemsize
 
 
+def element_count(name: str, shape: tuple[int, ...], wire: str) -> int:
+    """Elements in a tensor of `shape`, or a clear error for a shape no array can have (negative or too many
+    dimensions, a product past what numpy can index). Computes a number: allocates nothing."""
+    shown = bounded(str(list(shape)), NAME_LIMIT)
+    if len(shape) > MAX_DIMS:
+        raise invalid(f"input {quote_name(name)} has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
+    if any(d < 0 for d in shape):
+        raise invalid(f"input {quote_name(name)} has a negative dimension in shape {shown}")
+    nonzero = 1
+    for dim in shape:
+        nonzero *= max(dim, 1)
+        if nonzero * max(element_size(wire), 8 if wire == "BYTES" else 1) > _MAX_ELEMENTS_BYTES:
+            raise invalid(f"input {quote_name(name)}: shape {shown} is larger than any tensor can be")
+    return 0 if 0 in shape else nonzero
+
+
 def serialize_bytes(array: npt.NDArray[Any]) -> bytes:
     """BYTES tensor -> Triton's raw form: each element as 4-byte little-endian length + bytes, row-major."""
     parts: list[bytes] = []
@@ -76,27 +95,33 @@ def serialize_bytes(array: npt.NDArray[Any]) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes(raw: bytes, count: int, name: str) -> npt.NDArray[np.object_]:
-    """Triton's raw BYTES form -> object array of `count` elements; names the tensor when malformed."""
-    out = np.empty(count, dtype=np.object_)
+def deserialize_bytes(raw: bytes | bytearray | memoryview, count: int, name: str) -> npt.NDArray[np.object_]:
+    """Triton's raw BYTES form -> object array of `count` elements; names the tensor when malformed.
+
+    Elements are collected as the payload proves them (each takes at least its 4-byte length prefix), and the
+    array is made only once all `count` are there: a small request cannot make the server allocate a huge
+    array by declaring a huge shape."""
     view = memoryview(raw)
+    items: list[bytes] = []
     offset = 0
     for i in range(count):
         if offset + 4 > len(view):
             raise invalid(
-                f"input '{name}': raw BYTES content ends after {i} of {count} elements "
+                f"input {quote_name(name)}: raw BYTES content ends after {i} of {count} elements "
                 f"(no length prefix at byte {offset})"
             )
         (length,) = struct.unpack_from("<I", view, offset)
         offset += 4
         if offset + length > len(view):
             raise invalid(
-                f"input '{name}': element {i} declares {length} bytes but only {len(view) - offset} remain"
+                f"input {quote_name(name)}: element {i} declares {length} bytes but only {len(view) - offset} remain"
             )
-        out[i] = bytes(view[offset : offset + length])
+        items.append(bytes(view[offset : offset + length]))
         offset += length
     if offset != len(view):
-        raise invalid(f"input '{name}': {len(view) - offset} unexpected trailing bytes after {count} elements")
+        raise invalid(f"input {quote_name(name)}: {len(view) - offset} unexpected trailing bytes after {count} elements")
+    out = np.empty(count, dtype=np.object_)
+    out[:] = items
     return out
 
 

@@ -32,6 +32,21 @@ class InferenceError(Exception):
         return f"InferenceError({self.code.name}, {self.message!r})"
 
 
+NAME_LIMIT = 256  # characters of a client-supplied string an error message repeats
+MESSAGE_LIMIT = 4096  # characters of any error message a transport sends (gRPC puts it in a header)
+
+
+def quote_name(text: str, limit: int = NAME_LIMIT) -> str:
+    """A client-supplied string (model, tensor, version...) as an error message quotes it: in single quotes and
+    cut to `limit` characters with an ellipsis, so an echoed name can never make the message unbounded."""
+    return f"'{bounded(text, limit)}'"
+
+
+def bounded(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text` cut to at most `limit` characters, the cut marked with an ellipsis."""
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
+
 def invalid(message: str) -> InferenceError:
     return InferenceError(ErrorCode.INVALID_ARGUMENT, message)
 

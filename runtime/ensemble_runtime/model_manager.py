@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ensemble_runtime.config.config_files import ConfigFiles
 from ensemble_runtime.config.model_config import (
     ConfigError,
     apply_defaults,
@@ -17,7 +18,6 @@ from ensemble_runtime.config.model_config import (
     check_config,
     is_ensemble,
     parse_config_override,
-    parse_config_text,
 )
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found
@@ -66,6 +66,7 @@ class ModelManager:
     loader: VersionLoader
     before_load: BeforeLoad | None = None  # e.g. sync those models from S3 into the local cache
     uploading: Uploading | None = None  # e.g. Storage.awaited_versions
+    configs: ConfigFiles = field(default_factory=ConfigFiles)  # config.pbtxt files, parsed off the loop
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _locations: dict[str, ModelLocation] = field(default_factory=dict)
 
@@ -75,6 +76,12 @@ class ModelManager:
     def scan(self) -> dict[str, ModelLocation]:
         self._locations = scan_roots(self.roots)
         return self._locations
+
+    async def refresh_configs(self) -> dict[str, ModelLocation]:
+        """Scan, and parse (in a worker thread) the config.pbtxt files that are new or changed since last time."""
+        locations = self.scan()
+        await self.configs.refresh(loc.path / "config.pbtxt" for loc in locations.values())
+        return locations
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         entries: list[IndexEntry] = []
@@ -112,12 +119,12 @@ class ModelManager:
             fetch = fetch and self.before_load is not None
             if fetch and self.before_load is not None:
                 await self.before_load(names)
-            self.scan()
+            await self.refresh_configs()
             names += self._ensembles_over(names)
             wanted = self._with_steps(names, overrides or {})
             if fetch and self.before_load is not None and set(wanted) - set(names):
                 await self.before_load(wanted)  # the ensemble's steps too
-                self.scan()
+                await self.refresh_configs()
             wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
             for note in waits:
                 log.info("%s", note)
@@ -173,8 +180,7 @@ class ModelManager:
             if override:
                 return parse_config_override(override, f"config override for '{name}'")
             location = self._locations.get(name)
-            path = location.path / "config.pbtxt" if location else None
-            return parse_config_text(path.read_text(), str(path)) if path and path.is_file() else None
+            return self.configs.read(location.path / "config.pbtxt") if location else None
         except (ConfigError, OSError):
             return None
 
@@ -184,8 +190,8 @@ class ModelManager:
         if override:
             raw = parse_config_override(override, f"config override for '{location.name}'")
         else:
-            path = location.path / "config.pbtxt"
-            raw = parse_config_text(path.read_text(), str(path)) if path.is_file() else infer_platform(location)
+            found = self.configs.read(location.path / "config.pbtxt")
+            raw = found if found is not None else infer_platform(location)
         config = apply_defaults(raw, location.name)
         check_config(config, location.name)
         return config

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.batching import Scheduler
 from ensemble_runtime.ensemble import EnsembleGraph
-from ensemble_runtime.errors import not_found, unavailable
+from ensemble_runtime.errors import invalid, not_found, quote_name, unavailable
 from ensemble_runtime.stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,19 @@ class ModelRecord:
         return self.versions[self.served[-1]] if self.served else None
 
 
+def parse_version(version: str) -> int | None:
+    """A requested version: '' is the default (None); otherwise plain decimal digits only, as a folder name is
+    (no sign, spaces or other scripts' digits), else INVALID_ARGUMENT with Triton's message."""
+    if not version:
+        return None
+    if not (version.isascii() and version.isdigit()):
+        raise invalid(
+            f"failed to get model version from specified version string {quote_name(version)}, "
+            "version should be an integral value > 0"
+        )
+    return int(version)
+
+
 # Computes an ensemble's version set from the registry, or raises ConfigError/InferenceError with a reason.
 SetResolver = Callable[["Registry", ModelRecord], dict[int, LoadedVersion]]
 
@@ -100,29 +113,27 @@ class Registry:
 
     def find(self, name: str, version: str) -> LoadedVersion:
         """The version a request for (name, version) runs on; '' means the model's default version."""
+        number = parse_version(version)
         rec = self.records.get(name)
+        shown = quote_name(name)
         if rec is None or (not rec.versions and not rec.reason):
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version:
-            try:
-                number = int(version)
-            except ValueError:
-                raise not_found(f"Request for unknown model: '{name}' version '{version}' is not a number") from None
+            raise not_found(f"Request for unknown model: {shown} is not found")
+        if number is not None:
             if number not in rec.versions:
-                raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+                raise not_found(f"Request for unknown model: {shown} version {number} is not found")
             if number not in rec.served:
                 lv = rec.versions[number]
                 why = f": {lv.reason}" if lv.reason else ""
-                raise unavailable(f"Request for unavailable model: '{name}' version {number} is not ready{why}")
+                raise unavailable(f"Request for unavailable model: {shown} version {number} is not ready{why}")
             found = rec.versions[number]
         else:
             default = rec.default_version()
             if default is None:
                 why = f": {rec.reason}" if rec.reason else ""
-                raise unavailable(f"Request for unavailable model: '{name}' has no ready version{why}")
+                raise unavailable(f"Request for unavailable model: {shown} has no ready version{why}")
             found = default
         if rec.ensemble is not None and not rec.ready:
-            raise unavailable(f"Request for unavailable model: ensemble '{name}' is not ready: {rec.ensemble.reason}")
+            raise unavailable(f"Request for unavailable model: ensemble {shown} is not ready: {rec.ensemble.reason}")
         return found
 
     def ensemble_set(self, name: str) -> dict[int, LoadedVersion]:

@@ -20,6 +20,7 @@ from ensemble_runtime.backends.base import Backend
 from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
+from ensemble_runtime.config.config_files import ConfigFiles
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.memory import make_device_free
@@ -85,7 +86,7 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     async def sync_before_load(names: Collection[str]) -> None:
         await storage.sync(names, settle=True)
 
-    manager = ModelManager(roots=roots, registry=registry, loader=loader,
+    manager = ModelManager(roots=roots, registry=registry, loader=loader, configs=ConfigFiles(settings.max_config_bytes),
                            before_load=sync_before_load if storage.sources else None,
                            uploading=storage.awaited_versions if storage.sources else None)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
@@ -110,7 +111,8 @@ class Server:
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:
-            await self._serve_http(build_http_app(self.dataplane, s.http_max_body_bytes), s.http_address, s.http_port)
+            app = build_http_app(self.dataplane, s.http_max_body_bytes, s.http_max_json_bytes)
+            await self._serve_http(app, s.http_address, s.http_port)
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)
             await self._serve_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port)
@@ -132,7 +134,7 @@ class Server:
     async def _initial_load(self) -> None:
         manager = self.dataplane.manager
         await self.dataplane.storage.sync()
-        available = sorted(manager.scan())
+        available = sorted(await manager.refresh_configs())
         if self.settings.control_mode == ControlMode.EXPLICIT:
             wanted = available if "*" in self.settings.load_models else self.settings.load_models
         else:
@@ -157,6 +159,7 @@ class Server:
                 await self.dataplane.storage.sync()  # never raises for storage errors; keeps the cache
                 for name in manager.removed_models():
                     await manager.unload(name)
+                await manager.refresh_configs()  # parses changed config.pbtxt files off the loop
                 changed = manager.changed_models()
                 if changed:
                     log.info("repository poll: changes in %s", ", ".join(changed))

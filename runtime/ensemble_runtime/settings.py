@@ -35,6 +35,8 @@ class RuntimeSettings(BaseModel):
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     http_max_body_bytes: int = 256 * 1024 * 1024
+    http_max_json_bytes: int = 8 * 1024 * 1024
+    max_config_bytes: int = 1024 * 1024
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
     log_verbose: int = 0
@@ -82,7 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-timeout-secs", type=float, default=30.0)
     p.add_argument("--grpc-max-message-bytes", type=int, default=256 * 1024 * 1024,
                    help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
-    p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024)
+    p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024,
+                   help="largest HTTP request body (after inflating a compressed one); larger: 413")
+    p.add_argument("--http-max-json-bytes", type=int, default=8 * 1024 * 1024,
+                   help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
+                        "body limit and send large tensors as binary data); larger: 413")
+    p.add_argument("--max-config-bytes", type=int, default=1024 * 1024,
+                   help="largest config.pbtxt accepted; a larger one fails that model's load")
     p.add_argument("--model-cache-dir", type=Path, default=None)
     p.add_argument("--load-journal", type=Path, default=None,
                    help="file recording the versions being loaded, so one that was loading when the process died "

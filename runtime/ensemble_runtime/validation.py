@@ -9,7 +9,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.dtypes import config_to_wire, numpy_to_wire
-from ensemble_runtime.errors import invalid
+from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
 from ensemble_runtime.inference import Tensor
 
 
@@ -59,12 +59,12 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
     """
     for name in inputs:
         if name not in sig.inputs:
-            raise invalid(f"unexpected inference input '{name}' for model '{sig.name}'")
+            raise invalid(f"unexpected inference input {quote_name(name)} for model '{sig.name}'")
     missing = [n for n, spec in sig.inputs.items() if n not in inputs and not spec.optional]
     if missing:
         raise invalid(
             f"expected {len(sig.inputs)} inputs but got {len(inputs)} inputs for model '{sig.name}'. "
-            f"Got input(s) {sorted(inputs)}, but missing required input(s) {missing}. "
+            f"Got input(s) {bounded(str(sorted(inputs)), NAME_LIMIT)}, but missing required input(s) {missing}. "
             "Please provide all required input(s)."
         )
     batch: int | None = None
@@ -74,25 +74,25 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
         wire = declared.get(name) or numpy_to_wire(array.dtype)
         if wire != spec.wire_type:
             raise invalid(
-                f"inference input '{name}' data-type is '{wire}', but model '{sig.name}' expects '{spec.wire_type}'"
+                f"inference input {quote_name(name)} data-type is '{wire}', but model '{sig.name}' expects '{spec.wire_type}'"
             )
         shape = tuple(int(d) for d in array.shape)
         if sig.max_batch_size > 0:
             if not shape:
-                raise invalid(f"input '{name}' for model '{sig.name}' has no batch dimension")
+                raise invalid(f"input {quote_name(name)} for model '{sig.name}' has no batch dimension")
             if shape[0] > sig.max_batch_size or shape[0] < 1:
                 raise invalid(
                     f"inference request batch-size must be <= {sig.max_batch_size} for '{sig.name}' "
-                    f"(input '{name}' has batch size {shape[0]})"
+                    f"(input {quote_name(name)} has batch size {shape[0]})"
                 )
             if batch is not None and shape[0] != batch:
                 raise invalid(
-                    f"inputs of model '{sig.name}' disagree on the batch size: '{name}' has {shape[0]}, expected {batch}"
+                    f"inputs of model '{sig.name}' disagree on the batch size: {quote_name(name)} has {shape[0]}, expected {batch}"
                 )
             batch = shape[0]
         if not _shape_matches(sig.full_dims(spec), shape):
             raise invalid(
-                f"unexpected shape for input '{name}' for model '{sig.name}'. "
+                f"unexpected shape for input {quote_name(name)} for model '{sig.name}'. "
                 f"Expected {sig.full_dims(spec)}, got {list(shape)}"
             )
         if spec.reshape is not None:
@@ -105,5 +105,5 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
 def check_requested(sig: ModelSignature, requested: Sequence[str]) -> tuple[str, ...]:
     for name in requested:
         if name not in sig.outputs:
-            raise invalid(f"unexpected inference output '{name}' for model '{sig.name}'")
+            raise invalid(f"unexpected inference output {quote_name(name)} for model '{sig.name}'")
     return tuple(requested)

@@ -34,6 +34,8 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> mc.ModelConfig
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
     return config
 
 
@@ -149,5 +151,7 @@ def parse_config_override(text: str, source: str) -> mc.ModelConfig:
             json_format.Parse(text, config)
         except json_format.ParseError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: nested too deeply") from None
         return config
     return parse_config_text(text, source)

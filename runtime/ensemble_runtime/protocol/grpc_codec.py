@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
-from ensemble_runtime.dtypes import deserialize_bytes, element_size, numpy_to_wire, serialize_bytes, wire_to_numpy
-from ensemble_runtime.errors import invalid
+from ensemble_runtime.dtypes import (
+    deserialize_bytes,
+    element_count,
+    element_size,
+    numpy_to_wire,
+    serialize_bytes,
+    wire_to_numpy,
+)
+from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
@@ -47,45 +53,47 @@ def _set_param(target: pb.InferParameter, value: ParamValue) -> None:
         target.string_param = str(value)
 
 
-def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[int, ...]:
-    for dim in tensor.shape:
-        if dim < 0:
-            raise invalid(f"input '{tensor.name}' has a negative dimension in shape {list(tensor.shape)}")
-    return tuple(int(d) for d in tensor.shape)
+def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[tuple[int, ...], int]:
+    """The declared shape and its element count, checked without allocating anything."""
+    shape = tuple(int(d) for d in tensor.shape)
+    return shape, element_count(tensor.name, shape, tensor.datatype)
 
 
 def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> Tensor:
-    shape = _shape(tensor)
-    count = math.prod(shape)
+    shape, count = _shape(tensor)
     if tensor.datatype == "BYTES":
         return deserialize_bytes(raw, count, tensor.name).reshape(shape)
     dtype = wire_to_numpy(tensor.datatype)
     expected = count * element_size(tensor.datatype)
     if len(raw) != expected:
         raise invalid(
-            f"unexpected total byte size {len(raw)} for input '{tensor.name}', expecting {expected} "
-            f"({tensor.datatype} shape {list(shape)})"
+            f"unexpected total byte size {len(raw)} for input {quote_name(tensor.name)}, expecting {expected} "
+            f"({tensor.datatype} shape {bounded(str(list(shape)), NAME_LIMIT)})"
         )
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
-    shape = _shape(tensor)
+    shape, count = _shape(tensor)
     field = _TYPED_FIELDS.get(tensor.datatype)
     if field is None:
-        raise invalid(f"input '{tensor.name}': datatype '{tensor.datatype}' must be sent as raw contents")
+        raise invalid(f"input {quote_name(tensor.name)}: datatype '{tensor.datatype}' must be sent as raw contents")
     values: Any = getattr(tensor.contents, field)
-    count = math.prod(shape)
     if len(values) != count:
         raise invalid(
-            f"unexpected number of elements {len(values)} for input '{tensor.name}', expecting {count} "
-            f"for shape {list(shape)}"
+            f"unexpected number of elements {len(values)} for input {quote_name(tensor.name)}, expecting {count} "
+            f"for shape {bounded(str(list(shape)), NAME_LIMIT)}"
         )
     if tensor.datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
         return array.reshape(shape)
     return np.asarray(values, dtype=wire_to_numpy(tensor.datatype)).reshape(shape)
+
+
+def _no_shared_memory(kind: str, name: str, parameters: Any) -> None:
+    if any(key.startswith("shared_memory_") for key in parameters):
+        raise invalid(f"{kind} {quote_name(name)}: shared memory is not supported by this runtime")
 
 
 def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, str]]:
@@ -99,18 +107,22 @@ def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[st
     declared: dict[str, str] = {}
     for index, tensor in enumerate(request.inputs):
         if tensor.name in inputs:
-            raise invalid(f"input '{tensor.name}' is given more than once")
+            raise invalid(f"input {quote_name(tensor.name)} is given more than once")
         if tensor.datatype not in _TYPED_FIELDS and tensor.datatype not in ("FP16", "BF16"):
-            raise invalid(f"input '{tensor.name}' has unknown datatype '{tensor.datatype}'")
+            raise invalid(f"input {quote_name(tensor.name)} has unknown datatype {quote_name(tensor.datatype)}")
         if tensor.datatype == "BF16":
-            raise invalid(f"input '{tensor.name}': datatype BF16 is not supported by this runtime")
+            raise invalid(f"input {quote_name(tensor.name)}: datatype BF16 is not supported by this runtime")
+        _no_shared_memory("input", tensor.name, tensor.parameters)
         inputs[tensor.name] = _from_raw(tensor, raw[index]) if raw else _from_typed(tensor)
         declared[tensor.name] = tensor.datatype
     outputs: list[str] = []
     output_params: dict[str, dict[str, ParamValue]] = {}
     for output in request.outputs:
+        if output.name in output_params:
+            raise invalid(f"output {quote_name(output.name)} is requested more than once")
         if "classification" in output.parameters:
-            raise invalid(f"output '{output.name}': the classification extension is not supported")
+            raise invalid(f"output {quote_name(output.name)}: the classification extension is not supported")
+        _no_shared_memory("output", output.name, output.parameters)
         outputs.append(output.name)
         output_params[output.name] = {k: _param(v) for k, v in output.parameters.items()}
     return (

@@ -14,8 +14,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import ErrorCode, InferenceError, internal
+from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, internal
 from ensemble_runtime.protocol import grpc_codec
+from ensemble_runtime.protocol.offload import sized
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,12 +28,12 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
     try:
         return await call()
     except InferenceError as exc:
-        await context.abort(grpc.StatusCode[exc.code.name], exc.message)
+        await context.abort(grpc.StatusCode[exc.code.name], bounded(exc.message))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         log.exception("unexpected error in gRPC handler")
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
     raise AssertionError("unreachable")
 
 
@@ -108,24 +109,24 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
         return await _guard(context, run)
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        async def run() -> pb.ModelInferResponse:
-            decoded, declared = grpc_codec.decode_request(request)
-            response = await self._dp.infer(decoded, declared)
-            return grpc_codec.encode_response(response)
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """Decode (in a thread when large), run, encode (in a thread when large)."""
+        decoded, declared = await sized(request.ByteSize(), grpc_codec.decode_request, request)
+        response = await self._dp.infer(decoded, declared)
+        size = sum(int(array.nbytes) for array in response.outputs.values())
+        return await sized(size, grpc_codec.encode_response, response)
 
-        return await _guard(context, run)
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        return await _guard(context, lambda: self._infer(request))
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
         async for request in request_iterator:
             try:
-                decoded, declared = grpc_codec.decode_request(request)
-                response = await self._dp.infer(decoded, declared)
-                yield pb.ModelStreamInferResponse(infer_response=grpc_codec.encode_response(response))
+                yield pb.ModelStreamInferResponse(infer_response=await self._infer(request))
             except InferenceError as exc:
-                yield pb.ModelStreamInferResponse(error_message=exc.message)
+                yield pb.ModelStreamInferResponse(error_message=bounded(exc.message))
             except Exception as exc:
-                yield pb.ModelStreamInferResponse(error_message=str(internal(f"{type(exc).__name__}: {exc}")))
+                yield pb.ModelStreamInferResponse(error_message=bounded(str(internal(f"{type(exc).__name__}: {exc}"))))
 
 
 class Health:

@@ -19,7 +19,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import dtypes
-from ensemble_runtime.errors import ErrorCode, InferenceError, invalid
+from ensemble_runtime.errors import NAME_LIMIT, ErrorCode, InferenceError, bounded, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.model_manager import IndexEntry
 from ensemble_runtime.stats import Duration, ModelStats
@@ -30,6 +30,7 @@ JSON_CONTENT = "application/json"
 BINARY_CONTENT = "application/octet-stream"
 
 _INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
+_FLOATS = frozenset({"FP16", "FP32", "FP64"})
 _INT64 = frozenset({pbd.FieldDescriptor.CPPTYPE_INT64, pbd.FieldDescriptor.CPPTYPE_UINT64})
 _DATATYPES = dtypes.WIRE_TYPES - {"BF16"}  # numpy has no bfloat16
 _INFER_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
@@ -51,21 +52,31 @@ class DecodedInfer:
 
 
 def dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()  # ASCII: safe for any str, even lone surrogates
+    """Standard JSON (RFC 8259): ASCII, so safe for any str, even lone surrogates; never NaN or Infinity."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
 def error_body(message: str) -> bytes:
     return dumps({"error": message})
 
 
-def parse_json(raw: bytes | memoryview, what: str) -> dict[str, Any]:
-    """A JSON object from a request body; an empty body is an empty object."""
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value (send non-finite numbers as binary data)")
+
+
+def parse_json(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
+    """A JSON object from a request body; an empty body is an empty object.
+
+    Standard JSON only: NaN and Infinity are refused, and so is any number too large for a double (rapidjson,
+    which Triton uses, calls that "Number too big"); too deep a nesting is a 400 as any other malformed body."""
     if not len(raw):
         return {}
     try:
-        value = json.loads(bytes(raw))
+        value = json.loads(bytes(raw), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid(f"malformed JSON in {what}: {exc}") from None
+    except RecursionError:
+        raise invalid(f"malformed JSON in {what}: nested too deeply") from None
     if not isinstance(value, dict):
         raise invalid(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
@@ -78,20 +89,31 @@ def _parameters(raw: object, where: str) -> dict[str, ParamValue]:
         raise invalid(f"'parameters' of {where} must be a JSON object")
     for key, value in raw.items():
         if not isinstance(value, bool | int | float | str):
-            raise invalid(f"parameter '{key}' of {where} must be a string, number or boolean")
+            raise invalid(f"parameter {quote_name(key)} of {where} must be a string, number or boolean")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(f"parameter {quote_name(key)} of {where}: number too big for a double")
     return dict(raw)
 
 
 def _shape(name: str, raw: object) -> tuple[int, ...]:
     if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
-        raise invalid(f"input '{name}': 'shape' must be a list of integers, got {raw!r}")
-    if any(d < 0 for d in raw):
-        raise invalid(f"input '{name}' has a negative dimension in shape {raw}")
+        raise invalid(f"input {quote_name(name)}: 'shape' must be a list of integers, got {bounded(repr(raw), NAME_LIMIT)}")
     return tuple(raw)
 
 
 def _flatten(data: list[Any]) -> list[Any]:
-    return [leaf for item in data for leaf in (_flatten(item) if isinstance(item, list) else (item,))]
+    """The leaves of nested lists in row-major order; iterative, so any nesting depth is fine."""
+    leaves: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            leaves.append(item)
+        else:
+            stack.pop()
+    return leaves
 
 
 def _numbers(name: str, wire: str, data: list[Any]) -> np.ndarray[Any, Any]:
@@ -107,47 +129,52 @@ def _numbers(name: str, wire: str, data: list[Any]) -> np.ndarray[Any, Any]:
         exact = all(type(v) is int for v in values)
         array = np.array(values, dtype=np.object_) if exact else array
     if array.size and array.dtype.kind not in kinds and not exact:
-        raise invalid(f"input '{name}': 'data' must hold only {what} for datatype {wire}")
+        raise invalid(f"input {quote_name(name)}: 'data' must hold only {what} for datatype {wire}")
     if wire in _INTS and array.size:
         info = np.iinfo(wire.lower())
         if array.min() < info.min or array.max() > info.max:
-            raise invalid(f"input '{name}': a value in 'data' is out of range for datatype {wire}")
+            raise invalid(f"input {quote_name(name)}: a value in 'data' is out of range for datatype {wire}")
+    if wire in _FLOATS:
+        with np.errstate(over="ignore"):
+            array = array.astype(dtypes.wire_to_numpy(wire))
+        if not np.isfinite(array).all():  # NaN/Infinity never parse: this is 1e400, or 1e300 for FP32
+            raise invalid(f"input {quote_name(name)}: a value in 'data' is out of range for datatype {wire}")
     return array.reshape(-1)
 
 
 def tensor_from_json(name: str, wire: str, shape: tuple[int, ...], data: object) -> Tensor:
     """A JSON `data` array (flat or nested, row-major) -> array of `shape`."""
     if not isinstance(data, list):
-        raise invalid(f"input '{name}': 'data' must be a JSON array")
-    count = math.prod(shape)
+        raise invalid(f"input {quote_name(name)}: 'data' must be a JSON array")
+    count = dtypes.element_count(name, shape, wire)
     if wire == "BYTES":
         strings = _flatten(data)
         if not all(isinstance(v, str) for v in strings):
-            raise invalid(f"input '{name}': 'data' must hold only strings for datatype BYTES")
+            raise invalid(f"input {quote_name(name)}: 'data' must hold only strings for datatype BYTES")
         array = np.empty(len(strings), dtype=np.object_)
         try:
             array[:] = [v.encode() for v in strings]
         except UnicodeEncodeError:
-            raise invalid(f"input '{name}': a string in 'data' is not valid Unicode") from None
+            raise invalid(f"input {quote_name(name)}: a string in 'data' is not valid Unicode") from None
     else:
         array = _numbers(name, wire, data)
     if array.size != count:
         raise invalid(
-            f"unexpected number of elements {array.size} in 'data' for input '{name}', "
-            f"expecting {count} for shape {list(shape)}"
+            f"unexpected number of elements {array.size} in 'data' for input {quote_name(name)}, "
+            f"expecting {count} for shape {bounded(str(list(shape)), NAME_LIMIT)}"
         )
     return array.astype(dtypes.wire_to_numpy(wire), copy=False).reshape(shape)
 
 
 def tensor_from_binary(name: str, wire: str, shape: tuple[int, ...], raw: memoryview) -> Tensor:
-    count = math.prod(shape)
+    count = dtypes.element_count(name, shape, wire)
     if wire == "BYTES":
-        return dtypes.deserialize_bytes(bytes(raw), count, name).reshape(shape)
+        return dtypes.deserialize_bytes(raw, count, name).reshape(shape)
     expected = count * dtypes.element_size(wire)
     if len(raw) != expected:
         raise invalid(
-            f"unexpected total byte size {len(raw)} for input '{name}', expecting {expected} "
-            f"({wire} shape {list(shape)})"
+            f"unexpected total byte size {len(raw)} for input {quote_name(name)}, expecting {expected} "
+            f"({wire} shape {bounded(str(list(shape)), NAME_LIMIT)})"
         )
     return np.frombuffer(raw, dtype=dtypes.wire_to_numpy(wire)).reshape(shape)
 
@@ -158,7 +185,7 @@ def _header_length(value: str | None, body_length: int) -> int:
     try:
         length = int(value)
     except ValueError:
-        raise invalid(f"{HEADER_LENGTH} must be an integer, got '{value}'") from None
+        raise invalid(f"{HEADER_LENGTH} must be an integer, got {quote_name(value)}") from None
     if length < 0 or length > body_length:
         raise invalid(f"{HEADER_LENGTH} is {length} but the request body has {body_length} bytes")
     return length
@@ -173,23 +200,23 @@ def _input_tensor(item: object, index: int, binary: memoryview, offset: int) -> 
         raise invalid(f"inputs[{index}] has no 'name'")
     wire = item.get("datatype")
     if not isinstance(wire, str) or wire not in _DATATYPES:
-        raise invalid(f"input '{name}' has unknown or unsupported datatype '{wire}'")
+        raise invalid(f"input {quote_name(name)} has unknown or unsupported datatype {quote_name(str(wire))}")
     shape = _shape(name, item.get("shape"))
-    params = _parameters(item.get("parameters"), f"input '{name}'")
-    if "shared_memory_region" in params:
-        raise invalid(f"input '{name}': shared memory is not supported by this runtime")
+    params = _parameters(item.get("parameters"), f"input {quote_name(name)}")
+    if any(key.startswith("shared_memory_") for key in params):
+        raise invalid(f"input {quote_name(name)}: shared memory is not supported by this runtime")
     size = params.get("binary_data_size")
     if size is None:
         if "data" not in item:
-            raise invalid(f"input '{name}' has neither 'data' nor a 'binary_data_size' parameter")
+            raise invalid(f"input {quote_name(name)} has neither 'data' nor a 'binary_data_size' parameter")
         return name, wire, tensor_from_json(name, wire, shape, item["data"]), 0
     if "data" in item:
-        raise invalid(f"input '{name}' has both 'data' and a 'binary_data_size' parameter")
+        raise invalid(f"input {quote_name(name)} has both 'data' and a 'binary_data_size' parameter")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise invalid(f"input '{name}': 'binary_data_size' must be a non-negative integer, got {size!r}")
+        raise invalid(f"input {quote_name(name)}: 'binary_data_size' must be a non-negative integer, got {size!r}")
     if offset + size > len(binary):
         raise invalid(
-            f"input '{name}': binary_data_size {size} runs past the end of the request body "
+            f"input {quote_name(name)}: binary_data_size {size} runs past the end of the request body "
             f"({len(binary) - offset} bytes of binary data left)"
         )
     return name, wire, tensor_from_binary(name, wire, shape, binary[offset : offset + size]), size
@@ -205,21 +232,23 @@ def _outputs(raw: object) -> dict[str, dict[str, ParamValue]]:
         if not isinstance(name, str) or not name:
             raise invalid(f"outputs[{index}] has no 'name'")
         if name in requested:
-            raise invalid(f"output '{name}' is requested more than once")
-        params = requested[name] = _parameters(item.get("parameters"), f"output '{name}'")
+            raise invalid(f"output {quote_name(name)} is requested more than once")
+        params = requested[name] = _parameters(item.get("parameters"), f"output {quote_name(name)}")
         if "classification" in params:
-            raise invalid(f"output '{name}': the classification extension is not supported")
-        if "shared_memory_region" in params:
-            raise invalid(f"output '{name}': shared memory is not supported by this runtime")
+            raise invalid(f"output {quote_name(name)}: the classification extension is not supported")
+        if any(key.startswith("shared_memory_") for key in params):
+            raise invalid(f"output {quote_name(name)}: shared memory is not supported by this runtime")
         if not isinstance(params.get("binary_data", False), bool):
-            raise invalid(f"output '{name}': 'binary_data' must be a boolean")
+            raise invalid(f"output {quote_name(name)}: 'binary_data' must be a boolean")
     return requested
 
 
-def decode_infer_request(body: bytes, header_length: str | None, model: str, version: str = "") -> DecodedInfer:
+def decode_infer_request(
+    body: bytes | bytearray, header_length: str | None, model: str, version: str = ""
+) -> DecodedInfer:
     """An infer request body (JSON header plus binary tensors) -> what the data plane takes."""
     length = _header_length(header_length, len(body))
-    view = memoryview(body)
+    view = memoryview(body).toreadonly()  # tensors are views of the body: no model edits it in place
     header = parse_json(view[:length], "the inference request")
     binary = view[length:]
     request_id = header.get("id", "")
@@ -238,7 +267,7 @@ def decode_infer_request(body: bytes, header_length: str | None, model: str, ver
     for index, item in enumerate(raw_inputs):
         name, wire, array, used = _input_tensor(item, index, binary, offset)
         if name in inputs:
-            raise invalid(f"input '{name}' is given more than once")
+            raise invalid(f"input {quote_name(name)} is given more than once")
         inputs[name], declared[name] = array, wire
         offset += used
     if offset != len(binary):
@@ -253,13 +282,18 @@ def decode_infer_request(body: bytes, header_length: str | None, model: str, ver
 
 def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
     flat = array.reshape(-1)
+    if wire in _FLOATS and not np.isfinite(flat).all():
+        raise invalid(
+            f"output {quote_name(name)} holds NaN or infinity, which JSON cannot carry; "
+            "request it with 'binary_data': true"
+        )
     if wire != "BYTES":
         return list(flat.tolist())
     try:
         return [item if isinstance(item, str) else bytes(item).decode() for item in flat]
     except UnicodeDecodeError:
         raise invalid(
-            f"output '{name}' holds bytes that are not UTF-8 text; request it with 'binary_data': true"
+            f"output {quote_name(name)} holds bytes that are not UTF-8 text; request it with 'binary_data': true"
         ) from None
 
 
@@ -389,6 +423,6 @@ def load_config_override(body: bytes, model: str) -> str | None:
     config = mc.ModelConfig()
     try:
         json_format.Parse(raw, config)
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, RecursionError) as exc:
         raise invalid(f"load request for '{model}': 'config' is not a valid JSON model config: {exc}") from None
     return text_format.MessageToString(config)

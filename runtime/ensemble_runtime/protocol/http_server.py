@@ -12,14 +12,17 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import status_codes
+from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
+from ensemble_runtime.protocol.offload import sized
 
 log = logging.getLogger(__name__)
 
 _MODEL = "/v2/models/{model}"
 _VERSION = "/v2/models/{model}/versions/{version}"
+DEFAULT_MAX_JSON_BYTES = 8 * 1024 * 1024
 
 
 def _json(obj: object, status: int = status_codes.HTTP_OK) -> web.Response:
@@ -27,7 +30,7 @@ def _json(obj: object, status: int = status_codes.HTTP_OK) -> web.Response:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.Response(body=codec.error_body(message), status=status, content_type=codec.JSON_CONTENT)
+    return web.Response(body=codec.error_body(bounded(message)), status=status, content_type=codec.JSON_CONTENT)
 
 
 def _status(ok: bool) -> web.Response:
@@ -42,6 +45,10 @@ def _error_middleware(max_body_bytes: int) -> Middleware:
             return await handler(request)
         except InferenceError as exc:
             return _error(status_codes.http_status(exc.code), exc.message)
+        except BodyRefused as exc:  # the rest of the body may be unread (or huge): do not keep the connection
+            response = _error(exc.status, exc.message)
+            response.force_close()
+            return response
         except web.HTTPRequestEntityTooLarge:
             return _error(
                 status_codes.HTTP_PAYLOAD_TOO_LARGE,
@@ -61,8 +68,17 @@ def _error_middleware(max_body_bytes: int) -> Middleware:
 
 
 class _Routes:
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, max_body_bytes: int, max_json_bytes: int) -> None:
         self._dp = dataplane
+        self._body = Limit(max_body_bytes)
+        self._json = self._body
+        if max_json_bytes < max_body_bytes:
+            hint = "send large tensors as binary data (the binary tensor extension), or raise --http-max-json-bytes"
+            self._json = Limit(max_json_bytes, "JSON in a request body", hint)
+
+    async def _json_body(self, request: web.Request) -> bytearray:
+        """A body that is all JSON (control requests, and inference without binary tensors)."""
+        return await read_body(request, self._json)
 
     # ---- health and metadata ----------------------------------------------------------------------
     async def live(self, request: web.Request) -> web.Response:
@@ -104,17 +120,24 @@ class _Routes:
     # ---- inference ----------------------------------------------------------------------------------
     async def infer(self, request: web.Request) -> web.Response:
         model, version = _target(request)
-        body = await request.read()
-        decoded = codec.decode_infer_request(body, request.headers.get(codec.HEADER_LENGTH), model, version)
-        response = await self._dp.infer(decoded.request, decoded.declared)
-        payload, header_length = codec.encode_infer_response(response, decoded)
+        header_length = request.headers.get(codec.HEADER_LENGTH)
         if header_length is None:
+            body = await self._json_body(request)
+        else:
+            if header_length.strip().isdigit() and int(header_length) > self._json.size:
+                raise too_large(self._json)
+            body = await read_body(request, self._body)
+        decoded = await sized(len(body), codec.decode_infer_request, body, header_length, model, version)
+        response = await self._dp.infer(decoded.request, decoded.declared)
+        size = sum(int(array.nbytes) for array in response.outputs.values())
+        payload, header_length_out = await sized(size, codec.encode_infer_response, response, decoded)
+        if header_length_out is None:
             out = web.Response(body=payload, content_type=codec.JSON_CONTENT)
         else:
             out = web.Response(
                 body=payload,
                 content_type=codec.BINARY_CONTENT,
-                headers={codec.HEADER_LENGTH: str(header_length)},
+                headers={codec.HEADER_LENGTH: str(header_length_out)},
             )
         if request.headers.get("Accept-Encoding"):
             out.enable_compression()
@@ -122,18 +145,18 @@ class _Routes:
 
     # ---- repository ---------------------------------------------------------------------------------
     async def repository_index(self, request: web.Request) -> web.Response:
-        ready_only = codec.index_ready_only(await request.read())
+        ready_only = codec.index_ready_only(bytes(await self._json_body(request)))
         return _json(codec.repository_index(self._dp.repository_index(ready_only)))
 
     async def load(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
-        override = codec.load_config_override(await request.read(), model)
+        override = codec.load_config_override(bytes(await self._json_body(request)), model)
         await self._dp.load(model, override)
         return web.Response(status=status_codes.HTTP_OK)
 
     async def unload(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
-        codec.parse_json(await request.read(), f"the unload request for '{model}'")
+        codec.parse_json(await self._json_body(request), f"the unload request for '{model}'")
         await self._dp.unload(model)
         return web.Response(status=status_codes.HTTP_OK)
 
@@ -142,10 +165,19 @@ def _target(request: web.Request) -> tuple[str, str]:
     return request.match_info["model"], request.match_info.get("version", "")
 
 
-def build_http_app(dataplane: DataPlane, max_body_bytes: int) -> web.Application:
-    """The v2 REST API over `dataplane`; bodies over `max_body_bytes` get a JSON 413."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_error_middleware(max_body_bytes)])
-    r = _Routes(dataplane)
+def build_http_app(
+    dataplane: DataPlane, max_body_bytes: int, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+) -> web.Application:
+    """The v2 REST API over `dataplane`; bodies over `max_body_bytes` (all-JSON ones: `max_json_bytes`) get a
+    JSON 413, by their Content-Length before they are read, or as soon as reading (and inflating) passes it.
+
+    aiohttp's own inflation of compressed bodies is off: it has no limit; `http_body` inflates within one."""
+    app = web.Application(
+        client_max_size=max_body_bytes,
+        middlewares=[_error_middleware(max_body_bytes)],
+        handler_args={"auto_decompress": False},
+    )
+    r = _Routes(dataplane, max_body_bytes, max_json_bytes)
     app.router.add_get("/v2/health/live", r.live)
     app.router.add_get("/v2/health/ready", r.ready)
     app.router.add_get("/v2", r.server_metadata)

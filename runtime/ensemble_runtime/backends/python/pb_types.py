@@ -154,6 +154,10 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> npt.NDArray[Any]:
+        """The tensor's array, writable as Triton's is: a model may edit its inputs in place. An array over a
+        read-only buffer (a request's bytes) is copied once, on first use, and that copy is the tensor's."""
+        if not self._array.flags.writeable:
+            self._array = self._array.copy()
         return self._array
 
     def triton_dtype(self) -> int:
