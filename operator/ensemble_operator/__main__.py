@@ -43,7 +43,13 @@ def main() -> None:
         kube=kube, defaults=settings.runtime_defaults(), settle=ModelSettle(settings.model_settle_seconds)
     )
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, settings.status_interval_seconds, webhooks=settings.webhook_enabled)
+    register(
+        registry,
+        reconciler,
+        settings.status_interval_seconds,
+        webhooks=settings.webhook_enabled,
+        policy=settings.runtime_policy(),
+    )
 
     # A registry of our own lacks the default registry's login fallbacks: log in as kube.connect does,
     # through the official client (in-cluster ServiceAccount, else the kubeconfig).

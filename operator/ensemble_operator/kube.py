@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from .access import Decision, Permission, UserInfo
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
@@ -215,6 +216,34 @@ class KubeClient:
             "POST", object_path("v1", "Event", meta["namespace"]), body=event, content_type="application/json"
         )
         self.stats.events += 1
+
+    def review_access(self, user: UserInfo, permission: Permission) -> Decision:
+        """Whether `user` holds `permission` (a LocalSubjectAccessReview in its namespace, which a namespaced
+        install may create too). A failed review is a refusal that says why."""
+        ns = permission.namespace
+        attributes = {"namespace": ns, "verb": permission.verb, "resource": permission.resource,
+                      "name": permission.name, "group": permission.group}
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "LocalSubjectAccessReview",
+            "metadata": {"namespace": ns},
+            "spec": {
+                "user": user.username,
+                "uid": user.uid,
+                "groups": list(user.groups),
+                "extra": {k: list(v) for k, v in user.extra.items()},
+                "resourceAttributes": attributes,
+            },
+        }
+        path = f"/apis/authorization.k8s.io/v1/namespaces/{ns}/localsubjectaccessreviews"
+        try:
+            _, body = self._call("POST", path, body=review, content_type="application/json")
+        except ApiError as exc:
+            return Decision(False, error=f"access review failed: HTTP {exc.status}")
+        status = (body or {}).get("status") or {}
+        allowed = bool(status.get("allowed")) and not status.get("denied")
+        error = "" if allowed else str(status.get("evaluationError") or "")
+        return Decision(allowed, reason=str(status.get("reason") or ""), error=error)
 
     def list_pods(self, namespace: str, ensemble: str) -> list[Manifest]:
         return self.list_objects("v1", "Pod", namespace, {ENSEMBLE_LABEL: ensemble})

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .access import Podmate
 from .api.v1alpha1 import API_VERSION, Ensemble, Model
 from .kube import KubeClient
 from .plan import plan_ensemble
@@ -206,11 +207,24 @@ class Reconciler:
     def model_users(self, namespace: str, name: str) -> list[str]:
         return sorted(e["metadata"]["name"] for e in self.ensembles_using(namespace, name))
 
-    def admission_issues(self, namespace: str, spec: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """(errors, warnings) for an Ensemble spec under admission."""
+    def podmates(self, namespace: str, name: str) -> list[Podmate]:
+        """The other Models served in the same pods as Model `name`: those of every Ensemble that uses it."""
+        models = self.models(namespace)
+        return [
+            Podmate(e["metadata"]["name"], other, models[other].spec)
+            for e in self.ensembles_using(namespace, name)
+            for other in sorted({s.get("modelRef", {}).get("name") for s in e.get("spec", {}).get("steps", [])})
+            if other != name and other in models
+        ]
+
+    def admission_issues(
+        self, namespace: str, spec: dict[str, Any], models: dict[str, Model] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """(errors, warnings) for an Ensemble spec under admission (`models`: the namespace's, if at hand)."""
         from .api.v1alpha1 import EnsembleSpec
 
-        issues = validate_ensemble(EnsembleSpec.model_validate(spec), self.models(namespace))
+        models = self.models(namespace) if models is None else models
+        issues = validate_ensemble(EnsembleSpec.model_validate(spec), models)
         return (
             [i.message for i in issues if not i.admission_warning],
             [i.message for i in issues if i.admission_warning],

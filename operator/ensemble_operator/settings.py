@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .access import RuntimePolicy, runtime_policy
 from .render.common import RuntimeDefaults
 
 
@@ -39,6 +40,15 @@ class Settings(BaseSettings):
             "limits": dict(RuntimeDefaults().limits),
         }
     )
+    allowed_runtime_images: list[str] = Field(
+        default_factory=list,
+        description="image repositories an Ensemble's spec.runtime.image may name (an entry ending in '/' allows "
+        "every repository under it); empty: the repository of default_runtime_image",
+    )
+    allowed_runtime_flags: list[str] = Field(
+        default_factory=list,
+        description="runtime flags an Ensemble's spec.runtime.extraArgs may set, besides the built-in tunables",
+    )
 
     peering_name: str = "ensemble-operator"
     peering_priority: int | None = Field(default=None, description="unset: random, so replicas never tie")
@@ -50,6 +60,9 @@ class Settings(BaseSettings):
     @property
     def clusterwide(self) -> bool:
         return not self.namespace_list()
+
+    def runtime_policy(self) -> RuntimePolicy:
+        return runtime_policy(self.default_runtime_image, self.allowed_runtime_images, self.allowed_runtime_flags)
 
     def runtime_defaults(self) -> RuntimeDefaults:
         res = self.default_runtime_resources

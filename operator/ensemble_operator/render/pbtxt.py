@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from ..api.v1alpha1 import EnsembleSpec, ModelSpec, TensorSpec, VersionPolicy, normalize_data_type
 
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
 
 def _str(value: str) -> str:
-    return json.dumps(value)
+    """A protobuf text-format string literal, all ASCII: printable ASCII as is, the named escapes, and every
+    other character as octal escapes of its UTF-8 bytes (protobuf's own C-style escaping). A non-BMP character
+    (an emoji) is one 4-byte sequence, never a surrogate pair as JSON would write it, which parsers reject."""
+    out: list[str] = []
+    for char in value:
+        if char in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[char])
+        elif " " <= char <= "~":
+            out.append(char)
+        else:
+            out.extend(f"\\{byte:03o}" for byte in char.encode("utf-8"))
+    return '"' + "".join(out) + '"'
 
 
 def _ints(values: Sequence[int]) -> str:

@@ -57,6 +57,7 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
+ALLOWED_RUNTIME_IMAGES = ["ghcr.io/ensemble-operator/ensemble-runtime", "registry.invalid/runtime"]
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -232,6 +233,8 @@ class OperatorProcess:
                 "ENSEMBLE_OPERATOR_WEBHOOK_PORT": str(release.webhook_port),
                 "ENSEMBLE_OPERATOR_WEBHOOK_CERT_PATH": str(release.cert_path),
                 "ENSEMBLE_OPERATOR_WEBHOOK_KEY_PATH": str(release.key_path),
+                # The default image's repository and the one the rollout test switches to.
+                "ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_IMAGES": json.dumps(ALLOWED_RUNTIME_IMAGES),
             }
         )
         self.process = ManagedProcess(

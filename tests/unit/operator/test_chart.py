@@ -106,3 +106,27 @@ def test_helm_template(helm: str, namespaces: list[str], tmp_path: Path) -> None
         assert "ClusterRole" in kinds and "Role" not in kinds
     (vwc,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     assert all(w["clientConfig"]["caBundle"] for w in vwc["webhooks"])
+
+
+@pytest.mark.parametrize("namespaces", [[], ["ml"]])
+def test_helm_template_admission_policy(helm: str, namespaces: list[str], tmp_path: Path) -> None:
+    """The operator may create access reviews in every mode (no cluster role needed for a namespaced
+    install), and gets the allowed runtime images and flags from the values."""
+    values = tmp_path / "values.yaml"
+    policy = {"allowedImages": ["registry.example/ml/"], "allowedExtraArgs": ["--some-tunable"]}
+    values.write_text(yaml.safe_dump({"watchNamespaces": namespaces, "runtime": {**_values()["runtime"], **policy}}))
+    out = _run(helm, "template", "ens", str(CHART), "--namespace", "ops", "-f", str(values))
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert roles and all(
+        any(
+            r["apiGroups"] == ["authorization.k8s.io"] and r["resources"] == ["localsubjectaccessreviews"]
+            and r["verbs"] == ["create"]
+            for r in role["rules"]
+        )
+        for role in roles
+    )
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_IMAGES"]) == ["registry.example/ml/"]
+    assert json.loads(env["ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_FLAGS"]) == ["--some-tunable"]
