@@ -38,6 +38,8 @@ DEFAULT_ALLOWED_FLAGS = (
     "--event-loop",
     "--grpc-max-message-bytes",
     "--http-max-body-bytes",
+    "--http-max-json-bytes",
+    "--max-config-bytes",
 )
 MAX_IMAGE_LENGTH = 512
 
