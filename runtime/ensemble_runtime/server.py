@@ -78,7 +78,7 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
                            before_load=sync_before_load if storage.sources else None,
                            uploading=storage.awaited_versions if storage.sources else None)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          storage=storage)
+                          storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
     return dataplane
 
@@ -95,11 +95,13 @@ class Server:
     async def start(self) -> None:
         s = self.settings
         if s.allow_grpc:
-            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes)
+            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes,
+                                           s.grpc_restrictions())
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:
-            await self._serve_http(build_http_app(self.dataplane, s.http_max_body_bytes), s.http_address, s.http_port)
+            app = build_http_app(self.dataplane, s.http_max_body_bytes, s.http_restrictions())
+            await self._serve_http(app, s.http_address, s.http_port)
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)
             await self._serve_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port)
