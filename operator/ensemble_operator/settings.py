@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .render.common import RuntimeDefaults
+from .render.common import NetworkPolicySettings, RuntimeDefaults
 
 
 class Settings(BaseSettings):
@@ -40,6 +42,20 @@ class Settings(BaseSettings):
         }
     )
 
+    control_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="key the runtime pods' control tokens derive from (the chart's Secret); empty: pods' "
+        "repository APIs stay open",
+    )
+    pod_namespace: str = Field(default="", description="the operator's namespace (for the NetworkPolicy)")
+    network_policy_enabled: bool = False
+    network_policy_operator_labels: dict[str, str] = Field(
+        default_factory=dict, description="labels of the operator's pods, admitted to the runtime pods"
+    )
+    network_policy_extra_peers: list[dict[str, Any]] = Field(
+        default_factory=list, description="more NetworkPolicyPeers admitted to the inference ports"
+    )
+
     peering_name: str = "ensemble-operator"
     peering_priority: int | None = Field(default=None, description="unset: random, so replicas never tie")
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
@@ -58,4 +74,11 @@ class Settings(BaseSettings):
             image_pull_policy=self.default_runtime_image_pull_policy,
             requests=dict(res.get("requests", {})),
             limits=dict(res.get("limits", {})),
+            control_key=self.control_key.get_secret_value(),
+            network_policy=NetworkPolicySettings(
+                enabled=self.network_policy_enabled,
+                operator_namespace=self.pod_namespace,
+                operator_pod_labels=dict(self.network_policy_operator_labels),
+                extra_inference_peers=list(self.network_policy_extra_peers),
+            ),
         )

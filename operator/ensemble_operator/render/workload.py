@@ -19,6 +19,7 @@ from .common import (
     selector_labels,
     stable_hash,
 )
+from .control import control_args, control_env
 
 UID = 1000
 CACHE_DIR = "/var/cache/ensemble"
@@ -26,7 +27,8 @@ CONFIG_DIR = "/etc/ensemble"
 PROBE_PERIOD_SECONDS = 10
 
 
-def runtime_args(ensemble: Ensemble) -> list[str]:
+def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
+    """The runtime's flags; `restricted`: its control APIs need the per-Ensemble token (render/control.py)."""
     rt = ensemble.spec.runtime
     args = [
         "--repository-config",
@@ -51,6 +53,8 @@ def runtime_args(ensemble: Ensemble) -> list[str]:
     if rt.memory_budget is not None:
         args += ["--memory-budget-bytes", str(parse_bytes(rt.memory_budget))]
         args += ["--memory-policy", rt.memory_policy or "drain-then-swap"]
+    if restricted:
+        args += control_args()
     return args + list(rt.extra_args)
 
 
@@ -123,13 +127,13 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
         "image": rt.image or defaults.image,
         "imagePullPolicy": rt.image_pull_policy or defaults.image_pull_policy,
         "command": ["ensemble-runtime"],
-        "args": runtime_args(ensemble),
+        "args": runtime_args(ensemble, restricted=bool(defaults.control_key)),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "env": [{"name": "HOME", "value": "/tmp"}, *env],
+        "env": [{"name": "HOME", "value": "/tmp"}, *env, *([control_env(ensemble)] if defaults.control_key else [])],
         "resources": _resources(ensemble, defaults),
         "startupProbe": _probe(
             "/v2/health/ready",
