@@ -34,6 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s-webhook" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "ensemble-operator.controlKeySecret" -}}
+{{- printf "%s-control-key" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "ensemble-operator.webhookSecret" -}}
 {{- printf "%s-webhook-tls" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -64,4 +68,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]  # each Ensemble's control-token Secret: written, never read (no get/list/watch)
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]  # the runtime pods' NetworkPolicy (networkPolicy.enabled)
 {{- end -}}

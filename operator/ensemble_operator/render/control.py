@@ -36,6 +36,12 @@ def control_token(key: str, namespace: str, name: str) -> str:
     return hmac.new(key.encode(), f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()
 
 
+def token_fingerprint(key: str, ensemble: Ensemble) -> str:
+    """A one-way digest of the Ensemble's token, for the restart hash: the token changes, the pods roll."""
+    token = control_token(key, ensemble.metadata.namespace, ensemble.metadata.name)
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def control_secret_name(ensemble: Ensemble) -> str:
     return f"{ensemble.metadata.name}-control"
 

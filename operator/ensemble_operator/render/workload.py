@@ -19,7 +19,7 @@ from .common import (
     selector_labels,
     stable_hash,
 )
-from .control import control_args, control_env
+from .control import control_args, control_env, token_fingerprint
 
 UID = 1000
 CACHE_DIR = "/var/cache/ensemble"
@@ -182,7 +182,9 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
         pod_spec["serviceAccountName"] = service_account
     # Everything in the pod template restarts pods when it changes; repository.json is deliberately
     # not in it (the runtime polls the mounted ConfigMap), so Model changes roll no pods.
-    restart_hash = stable_hash(pod_spec)
+    # A new control token (a new operator key) must reach the pods too: its fingerprint rolls them.
+    restart_hash = stable_hash([pod_spec, token_fingerprint(defaults.control_key, ensemble)] if defaults.control_key
+                               else pod_spec)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(ensemble)},
         "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,

@@ -232,6 +232,8 @@ class OperatorProcess:
                 "ENSEMBLE_OPERATOR_WEBHOOK_PORT": str(release.webhook_port),
                 "ENSEMBLE_OPERATOR_WEBHOOK_CERT_PATH": str(release.cert_path),
                 "ENSEMBLE_OPERATOR_WEBHOOK_KEY_PATH": str(release.key_path),
+                # as the chart's control-key Secret does: runtime pods' control APIs behind per-Ensemble tokens
+                "ENSEMBLE_OPERATOR_CONTROL_KEY": "integration-test-operator-key",
             }
         )
         self.process = ManagedProcess(
