@@ -6,7 +6,10 @@ could reach the ports.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import queue
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +138,32 @@ def _exit_of(repository: Path, args: list[str]) -> tuple[int, str]:
 def test_malformed_flags_stop_the_server_with_a_clear_error(tmp_path: Path, flag: str, message: str) -> None:
     code, stderr = _exit_of(tmp_path, flag.split(" "))
     assert code == 2 and message in stderr, (code, stderr)
+
+
+def _put(results: queue.Queue[object], result: object, error: object) -> None:
+    results.put(error or result)
+
+
+def test_restricted_inference_covers_the_stream(layout: Layout) -> None:
+    """A bidirectional stream is refused as a whole (before any request is decoded) without the metadata."""
+    args = ["--model-control-mode=explicit", "--load-model=good", "--grpc-restricted-protocol=inference:k=v"]
+    with RuntimeProcess([layout.root], args) as proc:
+        proc.wait_model_ready("good")
+        for headers, expect_ok in ((None, False), ({"triton-grpc-protocol-k": "v"}, True)):
+            results: queue.Queue[object] = queue.Queue()
+            with grpcclient.InferenceServerClient(proc.grpc_url) as client:
+                client.start_stream(callback=functools.partial(_put, results), headers=headers)
+                with contextlib.suppress(InferenceServerException):  # the stream may already be closed
+                    client.async_stream_infer("good", x_input())
+                outcome = results.get(timeout=60)
+                client.stop_stream()
+            if expect_ok:
+                assert isinstance(outcome, grpcclient.InferResult), outcome
+            else:
+                assert isinstance(outcome, InferenceServerException), outcome
+                assert outcome.message() == "This protocol is restricted, expecting header 'triton-grpc-protocol-k'"
+        with proc.grpc_client() as client:
+            with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+                client.infer("good", x_input())
+            assert client.is_server_ready()  # health stays open
+            assert client.infer("good", x_input(), headers={"triton-grpc-protocol-k": "v"}).as_numpy("Y") is not None
