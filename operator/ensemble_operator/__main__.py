@@ -38,7 +38,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    kube = connect(settings.pod_http_timeout_seconds)
+    kube = connect(settings.pod_http_timeout_seconds, settings.control_key.get_secret_value())
     reconciler = Reconciler(
         kube=kube, defaults=settings.runtime_defaults(), settle=ModelSettle(settings.model_settle_seconds)
     )

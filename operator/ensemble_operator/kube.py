@@ -20,6 +20,7 @@ from .access import Decision, Permission, UserInfo
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
 from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
+from .render.control import control_headers
 from .status import PodReport, config_digest_of, failed_versions, found_versions, pod_problem, storage_problem
 
 FIELD_MANAGER = "ensemble-operator"
@@ -35,6 +36,8 @@ _PLURALS: dict[tuple[str, str], str] = {
     ("apps/v1", "Deployment"): "deployments",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    ("v1", "Secret"): "secrets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     (API_VERSION, "Ensemble"): "ensembles",
     (API_VERSION, "Model"): "models",
 }
@@ -54,8 +57,9 @@ class Transport(Protocol):
     ) -> tuple[int, Any]: ...
 
 
-HttpGet = Callable[[str, float], Any]
-HttpPost = Callable[[str, bytes, float], Any]
+HttpGet = Callable[[str, float, Mapping[str, str]], Any]  # (url, timeout, headers)
+HttpPost = Callable[[str, bytes, float, Mapping[str, str]], Any]
+WRITE_ONLY_KINDS = frozenset({("v1", "Secret")})  # applied without reading the live object (no `get` right)
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -65,13 +69,16 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     return f"{path}/{name}" if name else path
 
 
-def http_get_json(url: str, timeout: float) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def http_get_json(url: str, timeout: float, headers: Mapping[str, str]) -> Any:
+    request = urllib.request.Request(url, headers=dict(headers), method="GET")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
-def http_post_json(url: str, body: bytes, timeout: float) -> Any:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+def http_post_json(url: str, body: bytes, timeout: float, headers: Mapping[str, str]) -> Any:
+    request = urllib.request.Request(
+        url, data=body, headers={**headers, "Content-Type": "application/json"}, method="POST"
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -103,11 +110,14 @@ class KubeClient:
         http_get: HttpGet = http_get_json,
         pod_timeout_seconds: float = 2.0,
         http_post: HttpPost = http_post_json,
+        control_key: str = "",
     ) -> None:
         self._transport = transport
         self._http_get = http_get
         self._http_post = http_post
         self._pod_timeout = pod_timeout_seconds
+        self._control_key = control_key  # derives each Ensemble's pod control token (render/control.py)
+        self._written: dict[ObjectKey, str] = {}  # write-only kinds: the digest this process last applied
         self.stats = WriteStats()
 
     def _call(
@@ -137,11 +147,14 @@ class KubeClient:
         """Server-side apply `desired` unless the live object was applied from identical content."""
         key = ObjectKey.of(desired)
         digest = stable_hash(desired)
-        live = self.get(key.api_version, key.kind, key.namespace, key.name)
-        if (
-            live is not None
-            and live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == digest
-        ):
+        if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
+            # Secrets: the operator may write them but not read them; remember what it wrote (after a restart
+            # it writes once more, which the API server takes as a no-op when nothing changed).
+            live_digest = self._written.get(key)
+        else:
+            live = self.get(key.api_version, key.kind, key.namespace, key.name)
+            live_digest = None if live is None else live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION)
+        if live_digest == digest:
             self.stats.skipped += 1
             return False
         meta = desired["metadata"]
@@ -160,6 +173,8 @@ class KubeClient:
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
         )
         self.stats.applies += 1
+        if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
+            self._written[key] = digest
         return True
 
     def delete_if_exists(self, key: ObjectKey) -> bool:
@@ -286,18 +301,19 @@ class KubeClient:
             failures: tuple[str, ...] = ()
             if ready and ip:
                 base = f"http://{ip}:{HTTP_PORT}"
+                headers = control_headers(self._control_key, namespace, ensemble)
                 try:
-                    doc = self._http_get(f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout)
+                    doc = self._http_get(f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout, headers)
                     versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
                 except _POD_ERRORS:
                     versions = None
                 try:
-                    doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout)
+                    doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout, headers)
                     storage, found, digest = storage_problem(doc), found_versions(doc), config_digest_of(doc)
                 except _POD_ERRORS:
                     storage, found, digest = None, None, None
                 try:
-                    index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout)
+                    index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout, headers)
                     failures = failed_versions(index)
                 except _POD_ERRORS:
                     failures = ()
@@ -377,7 +393,7 @@ def _decode(raw: Any) -> Any:
         return raw
 
 
-def connect(pod_timeout_seconds: float) -> KubeClient:
+def connect(pod_timeout_seconds: float, control_key: str = "") -> KubeClient:
     """A client from in-cluster config, falling back to the local kubeconfig."""
     from kubernetes import client, config
 
@@ -385,4 +401,6 @@ def connect(pod_timeout_seconds: float) -> KubeClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
-    return KubeClient(ApiClientTransport(client.ApiClient()), pod_timeout_seconds=pod_timeout_seconds)
+    return KubeClient(
+        ApiClientTransport(client.ApiClient()), pod_timeout_seconds=pod_timeout_seconds, control_key=control_key
+    )

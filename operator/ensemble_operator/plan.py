@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .api.v1alpha1 import Ensemble, Model
 from .render.common import CONFIG_HASH_ANNOTATION, Manifest, RuntimeDefaults
+from .render.control import network_policy_name, render_control_secret, render_network_policy
 from .render.network import render_config_map, render_headless_service, render_hpa, render_pdb, render_service
 from .render.runtime_config import render_repository_config
 from .render.workload import render_deployment
@@ -61,6 +62,8 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
         render_deployment(ensemble, models, defaults),
         render_pdb(ensemble),
     ]
+    if defaults.control_key:  # before the Deployment, whose pods need it to start
+        objects.insert(0, render_control_secret(ensemble, defaults.control_key))
     hpa = render_hpa(ensemble)
     delete: list[ObjectKey] = []
     hpa_key = ObjectKey(
@@ -70,6 +73,13 @@ def plan_ensemble(ensemble: Ensemble, models: Mapping[str, Model], defaults: Run
         delete.append(hpa_key)
     else:
         objects.append(hpa)
+    policy_key = ObjectKey(
+        "networking.k8s.io/v1", "NetworkPolicy", ensemble.metadata.namespace, network_policy_name(ensemble)
+    )
+    if defaults.network_policy.enabled:
+        objects.append(render_network_policy(ensemble, defaults.network_policy))
+    else:
+        delete.append(policy_key)
     config_hash = config_map["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
     digest = hashlib.sha256(config_map["data"]["repository.json"].encode()).hexdigest()
     return Plan(apply=objects, delete=delete, warnings=warnings, config_hash=config_hash, config_digest=digest)

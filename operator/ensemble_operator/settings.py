@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .access import RuntimePolicy, runtime_policy
-from .render.common import RuntimeDefaults
+from .render.common import NetworkPolicySettings, RuntimeDefaults
 
 
 class Settings(BaseSettings):
@@ -50,6 +52,20 @@ class Settings(BaseSettings):
         description="runtime flags an Ensemble's spec.runtime.extraArgs may set, besides the built-in tunables",
     )
 
+    control_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="key the runtime pods' control tokens derive from (the chart's Secret); empty: pods' "
+        "repository APIs stay open",
+    )
+    pod_namespace: str = Field(default="", description="the operator's namespace (for the NetworkPolicy)")
+    network_policy_enabled: bool = False
+    network_policy_operator_labels: dict[str, str] = Field(
+        default_factory=dict, description="labels of the operator's pods, admitted to the runtime pods"
+    )
+    network_policy_extra_peers: list[dict[str, Any]] = Field(
+        default_factory=list, description="more NetworkPolicyPeers admitted to the inference ports"
+    )
+
     peering_name: str = "ensemble-operator"
     peering_priority: int | None = Field(default=None, description="unset: random, so replicas never tie")
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
@@ -71,4 +87,11 @@ class Settings(BaseSettings):
             image_pull_policy=self.default_runtime_image_pull_policy,
             requests=dict(res.get("requests", {})),
             limits=dict(res.get("limits", {})),
+            control_key=self.control_key.get_secret_value(),
+            network_policy=NetworkPolicySettings(
+                enabled=self.network_policy_enabled,
+                operator_namespace=self.pod_namespace,
+                operator_pod_labels=dict(self.network_policy_operator_labels),
+                extra_inference_peers=list(self.network_policy_extra_peers),
+            ),
         )

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__
+from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.errors import InferenceError, internal, not_found, quote_name, unavailable
+from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
@@ -19,6 +20,8 @@ from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
+# Triton's answer (UNAVAILABLE) to load/unload in control modes none and poll
+CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data")
 
 
@@ -27,6 +30,7 @@ class DataPlane:
     registry: Registry
     manager: ModelManager
     strict_readiness: bool = True
+    repository_control: bool = False  # load/unload answer only in explicit model control mode, as in Triton
     storage: Storage = field(default_factory=lambda: Storage([], Registry()))
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
@@ -130,10 +134,19 @@ class DataPlane:
                 entries.append(IndexEntry(name, version, "UNAVAILABLE", f"storage: {reason}"))
         return entries
 
+    def require_repository_control(self) -> None:
+        """Refuse load/unload outside explicit mode (transports call it before reading the request body)."""
+        if not self.repository_control:
+            raise unavailable(CONTROL_REFUSED)
+
     async def load(self, name: str, config_override: str | None = None) -> None:
+        self.require_repository_control()
+        if not valid_model_name(name):  # never looked up: the answer an unknown name gets
+            raise invalid(load_failed(name, not_in_repository(name)))
         await self.manager.load([name], {name: config_override} if config_override else None)
 
     async def unload(self, name: str) -> None:
+        self.require_repository_control()
         await self.manager.unload(name)
 
     # ---- inference ----------------------------------------------------------------------------

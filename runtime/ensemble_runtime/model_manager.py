@@ -19,6 +19,8 @@ from ensemble_runtime.config.model_config import (
     is_ensemble,
     parse_config_override,
 )
+from ensemble_runtime.config.names import load_failed, not_in_repository
+from ensemble_runtime.config.paths import check_config_paths
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, invalid, not_found
 from ensemble_runtime.load_journal import DIED_LOADING
@@ -140,7 +142,7 @@ class ModelManager:
                     rec.reason = message
                     failed.add(name)
                     log.error("failed to load '%s': %s", name, message)
-                    errors.append(f"failed to load '{name}': {message}")
+                    errors.append(load_failed(name, message))
             failed |= {name for name, plan in plans.items() if plan.failed}
             self._keep_old_sets(plans, failed)
             self._commit(list(plans.values()))
@@ -194,6 +196,7 @@ class ModelManager:
             raw = found if found is not None else infer_platform(location)
         config = apply_defaults(raw, location.name)
         check_config(config, location.name)
+        check_config_paths(config, location.path, location.versions.values())  # before anything is opened
         return config
 
     def _keep_old_sets(self, plans: Mapping[str, _Plan], failed: set[str]) -> None:
@@ -222,7 +225,7 @@ class ModelManager:
     async def _prepare(self, name: str, override: str | None, pending: Mapping[str, _Plan]) -> _Plan:
         location = self._locations.get(name)
         if location is None:
-            raise not_found(f"model '{name}' is not in any model repository")
+            raise not_found(not_in_repository(name))
         config = self._read_config(location, override)
         rec = self.registry.record(name)
         rec.explicitly_unloaded = False

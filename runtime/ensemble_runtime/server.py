@@ -90,7 +90,7 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
                            before_load=sync_before_load if storage.sources else None,
                            uploading=storage.awaited_versions if storage.sources else None)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          storage=storage)
+                          storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
     return dataplane
 
@@ -107,11 +107,14 @@ class Server:
     async def start(self) -> None:
         s = self.settings
         if s.allow_grpc:
-            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes)
+            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes,
+                                           s.grpc_restrictions())
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:
-            app = build_http_app(self.dataplane, s.http_max_body_bytes, s.http_max_json_bytes)
+            app = build_http_app(
+                self.dataplane, s.http_max_body_bytes, s.http_max_json_bytes, restrictions=s.http_restrictions()
+            )
             await self._serve_http(app, s.http_address, s.http_port)
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
+
 
 class ControlMode(enum.Enum):
     NONE = "none"
@@ -47,6 +49,14 @@ class RuntimeSettings(BaseModel):
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     repository_settle_secs: float = 1.0
+    grpc_restricted_protocol: list[str] = Field(default_factory=list)  # validated by parse_settings
+    http_restricted_api: list[str] = Field(default_factory=list)
+
+    def grpc_restrictions(self) -> Restrictions:
+        return parse_restrictions(self.grpc_restricted_protocol, grpc=True)
+
+    def http_restrictions(self) -> Restrictions:
+        return parse_restrictions(self.http_restricted_api, grpc=False)
 
 
 def _bool(text: str) -> bool:
@@ -109,13 +119,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION, else us-east-1)")
     p.add_argument("--repository-settle-secs", type=float, default=1.0,
                    help="at startup, a version without a .complete marker must list the same twice this far apart")
+    p.add_argument("--grpc-restricted-protocol", action="append", default=[], metavar="CATEGORIES:KEY=VALUE",
+                   help="gRPC APIs in these categories (comma-separated: " + ", ".join(c.value for c in Category)
+                        + ") answer only with metadata triton-grpc-protocol-KEY=VALUE (repeatable)")
+    p.add_argument("--http-restricted-api", action="append", default=[], metavar="CATEGORIES:KEY=VALUE",
+                   help="HTTP APIs in these categories answer only with header KEY: VALUE (repeatable)")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     values = vars(args)
     values["control_mode"] = ControlMode(values["control_mode"])
-    return RuntimeSettings(**values)
+    settings = RuntimeSettings(**values)
+    for flag, check in (("--grpc-restricted-protocol", settings.grpc_restrictions),
+                        ("--http-restricted-api", settings.http_restrictions)):
+        try:
+            check()
+        except RestrictionError as exc:
+            parser.error(f"{flag}: {exc}")
+    return settings

@@ -9,6 +9,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.config.model_config import ConfigError, backend_of
+from ensemble_runtime.config.paths import warmup_file
 from ensemble_runtime.dtypes import config_to_wire, wire_to_numpy
 from ensemble_runtime.inference import BackendRequest, Tensor
 
@@ -51,7 +52,8 @@ def warmup_requests(config: mc.ModelConfig, version_path: Path) -> list[BackendR
             kind = spec.WhichOneof("input_data_type") or "zero_data"
             data_file = None
             if kind == "input_data_file":
-                data_file = version_path.parent / "warmup" / spec.input_data_file
+                field = f"model_warmup '{sample.name}' input '{name}' input_data_file"
+                data_file = warmup_file(config, version_path.parent, spec.input_data_file, field)
                 if not data_file.is_file():
                     raise ConfigError(f"model '{config.name}': warmup sample '{sample.name}' file {data_file} not found")
             inputs[name] = _tensor(spec.data_type, shape, "random" if kind == "random_data" else "zero", rng, data_file)

@@ -34,6 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s-webhook" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "ensemble-operator.controlKeySecret" -}}
+{{- printf "%s-control-key" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "ensemble-operator.webhookSecret" -}}
 {{- printf "%s-webhook-tls" (include "ensemble-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -67,4 +71,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["authorization.k8s.io"]
   resources: ["localsubjectaccessreviews"]
   verbs: ["create"]  # admission: may the requesting user use the Secrets / service accounts a spec names
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]  # each Ensemble's control-token Secret: written, never read (no get/list/watch)
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]  # the runtime pods' NetworkPolicy (networkPolicy.enabled)
 {{- end -}}

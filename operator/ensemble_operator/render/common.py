@@ -38,6 +38,16 @@ _FACTORS = {
 
 
 @dataclass(frozen=True)
+class NetworkPolicySettings:
+    """What the chart's `networkPolicy` values pass the operator; rendered per Ensemble when enabled."""
+
+    enabled: bool = False
+    operator_namespace: str = ""
+    operator_pod_labels: dict[str, str] = field(default_factory=dict)
+    extra_inference_peers: list[dict[str, Any]] = field(default_factory=list)  # NetworkPolicyPeer objects
+
+
+@dataclass(frozen=True)
 class RuntimeDefaults:
     """Operator-wide defaults for what an Ensemble leaves unset (from the operator settings)."""
 
@@ -46,6 +56,9 @@ class RuntimeDefaults:
     requests: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "4Gi"})
     limits: dict[str, str] = field(default_factory=lambda: {"memory": "8Gi"})
     pre_stop_sleep_seconds: int = 5
+    # the operator's key for the pods' control tokens (render/control.py); "" leaves the pods' APIs open
+    control_key: str = field(default="", repr=False)
+    network_policy: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)
 
 
 def parse_bytes(quantity: int | str) -> int:

@@ -19,6 +19,7 @@ from .common import (
     selector_labels,
     stable_hash,
 )
+from .control import control_args, control_env, token_fingerprint
 
 UID = 1000
 CACHE_DIR = "/var/cache/ensemble"
@@ -27,7 +28,8 @@ CONFIG_DIR = "/etc/ensemble"
 PROBE_PERIOD_SECONDS = 10
 
 
-def runtime_args(ensemble: Ensemble) -> list[str]:
+def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
+    """The runtime's flags; `restricted`: its control APIs need the per-Ensemble token (render/control.py)."""
     rt = ensemble.spec.runtime
     args = [
         "--repository-config",
@@ -54,6 +56,8 @@ def runtime_args(ensemble: Ensemble) -> list[str]:
     if rt.memory_budget is not None:
         args += ["--memory-budget-bytes", str(parse_bytes(rt.memory_budget))]
         args += ["--memory-policy", rt.memory_policy or "drain-then-swap"]
+    if restricted:
+        args += control_args()
     return args + list(rt.extra_args)
 
 
@@ -126,13 +130,13 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
         "image": rt.image or defaults.image,
         "imagePullPolicy": rt.image_pull_policy or defaults.image_pull_policy,
         "command": ["ensemble-runtime"],
-        "args": runtime_args(ensemble),
+        "args": runtime_args(ensemble, restricted=bool(defaults.control_key)),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "env": [{"name": "HOME", "value": "/tmp"}, *env],
+        "env": [{"name": "HOME", "value": "/tmp"}, *env, *([control_env(ensemble)] if defaults.control_key else [])],
         "resources": _resources(ensemble, defaults),
         "startupProbe": _probe(
             "/v2/health/ready",
@@ -181,7 +185,9 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
         pod_spec["serviceAccountName"] = service_account
     # Everything in the pod template restarts pods when it changes; repository.json is deliberately
     # not in it (the runtime polls the mounted ConfigMap), so Model changes roll no pods.
-    restart_hash = stable_hash(pod_spec)
+    # A new control token (a new operator key) must reach the pods too: its fingerprint rolls them.
+    restart_hash = stable_hash([pod_spec, token_fingerprint(defaults.control_key, ensemble)] if defaults.control_key
+                               else pod_spec)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(ensemble)},
         "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ensemble_runtime.backends.base import LoadContext, ModelInstance
 from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
-from ensemble_runtime.config import onnx_autocomplete
+from ensemble_runtime.config import onnx_autocomplete, paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import internal
 from ensemble_runtime.gpu.devices import GpuInventory
@@ -162,14 +162,14 @@ class OnnxRuntimeBackend:
         self._inventory = inventory or _detected_gpus()
 
     def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
-        path = version_path / model_filename(config)
+        path = paths.model_file(config, version_path, model_filename(config))
         if not path.is_file():
             raise ConfigError(f"model '{config.name}' version {version_path.name}: model file '{path.name}' not found")
         return onnx_autocomplete.autocomplete(config, path)
 
     async def load(self, context: LoadContext) -> list[ModelInstance]:
         config = context.config
-        path = context.version_path / model_filename(config)
+        path = paths.model_file(config, context.version_path, model_filename(config))
         placement = place_instances(config, self._inventory(), backend=self.name, needs_gpu=False)
         for note in placement.notes:
             log.warning("%s", note)

@@ -2,7 +2,9 @@
 
 Pure apart from `io_binding_run`, which takes the session it runs; nothing here imports onnxruntime.
 Triton's accelerator parameters are honoured: `gpu_execution_accelerator { name: "tensorrt" parameters {
-precision_mode: "FP16", max_workspace_size_bytes: "...", trt_engine_cache_path: "..." } }`.
+precision_mode: "FP16", max_workspace_size_bytes: "...", trt_engine_cache_path: "..." } }`; a
+`trt_engine_cache_path` is a relative directory under the runtime's cache for that model version (never a
+path of the config author's choosing, see config/paths.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.config.paths import TRT_CACHE_PARAMETER, confined
 from ensemble_runtime.inference import Tensor
 
 ProviderOptions = dict[str, Any]
@@ -59,7 +62,12 @@ def tensorrt_options(config: mc.ModelConfig, device_id: int, cache_dir: Path | N
         if not value.isdigit():
             raise ConfigError(f"model '{config.name}': max_workspace_size_bytes '{value}' is not a byte count")
         options["trt_max_workspace_size"] = int(value)
-    cache = params.get("trt_engine_cache_path") or (str(trt_cache_dir(cache_dir, config.name, version)) if cache_dir else "")
+    cache = ""
+    if cache_dir is not None:
+        base = trt_cache_dir(cache_dir, config.name, version)
+        given = params.get(TRT_CACHE_PARAMETER, "")
+        field = f"gpu_execution_accelerator 'tensorrt' parameter {TRT_CACHE_PARAMETER}"
+        cache = str(confined(base, given, field, config.name, within=base) if given else base)
     if cache and params.get("trt_engine_cache_enable", "true").lower() != "false":
         options.update(
             trt_engine_cache_enable=True,

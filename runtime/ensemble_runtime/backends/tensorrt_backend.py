@@ -27,6 +27,7 @@ from ensemble_runtime.backends.trt_engine import (
     check_request,
     describe_engine,
 )
+from ensemble_runtime.config import paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import InferenceError, internal
 from ensemble_runtime.gpu.cuda import MISSING as CUDA_MISSING
@@ -202,7 +203,7 @@ class TensorRTBackend:
         self._modules = modules
 
     def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
-        path = version_path / model_filename(config)
+        path = paths.model_file(config, version_path, model_filename(config))
         if not path.is_file():
             raise ConfigError(f"model '{config.name}' version {version_path.name}: plan file '{path.name}' not found")
         if config.input and config.output:
@@ -226,7 +227,7 @@ class TensorRTBackend:
             raise ConfigError(f"{where}: {exc}") from None
         inventory = self._inventory() if self._inventory is not None else cuda_inventory(cuda)
         placement = place_instances(config, inventory, backend=self.name, needs_gpu=True)
-        plan = (context.version_path / model_filename(config)).read_bytes()
+        plan = paths.model_file(config, context.version_path, model_filename(config)).read_bytes()
         instances: list[TensorRTInstance] = []
         try:
             for device in placement.devices:

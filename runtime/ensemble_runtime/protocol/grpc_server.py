@@ -17,6 +17,8 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, internal
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.restricted import RestrictionInterceptor
+from ensemble_runtime.restrictions import Restrictions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,6 +92,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
         async def run() -> pb.RepositoryModelLoadResponse:
+            self._dp.require_repository_control()
             override = None
             if "config" in request.parameters:
                 override = request.parameters["config"].string_param
@@ -104,6 +107,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
         async def run() -> pb.RepositoryModelUnloadResponse:
+            self._dp.require_repository_control()
             await self._dp.unload(request.model_name)
             return pb.RepositoryModelUnloadResponse()
 
@@ -141,8 +145,12 @@ class Health:
         await self.servicer.set(SERVICE, status)
 
 
-def build_grpc_server(dataplane: DataPlane, health: Health, max_message_bytes: int) -> grpc.aio.Server:
+def build_grpc_server(
+    dataplane: DataPlane, health: Health, max_message_bytes: int, restrictions: Restrictions | None = None
+) -> grpc.aio.Server:
+    """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
     server = grpc.aio.server(
+        interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),

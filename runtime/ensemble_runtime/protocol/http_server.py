@@ -17,6 +17,8 @@ from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import status_codes
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.restricted import http_restriction_middleware
+from ensemble_runtime.restrictions import Category, Restrictions
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +151,14 @@ class _Routes:
         return _json(codec.repository_index(self._dp.repository_index(ready_only)))
 
     async def load(self, request: web.Request) -> web.Response:
+        self._dp.require_repository_control()
         model = request.match_info["model"]
         override = codec.load_config_override(bytes(await self._json_body(request)), model)
         await self._dp.load(model, override)
         return web.Response(status=status_codes.HTTP_OK)
 
     async def unload(self, request: web.Request) -> web.Response:
+        self._dp.require_repository_control()
         model = request.match_info["model"]
         codec.parse_json(await self._json_body(request), f"the unload request for '{model}'")
         await self._dp.unload(model)
@@ -165,34 +169,59 @@ def _target(request: web.Request) -> tuple[str, str]:
     return request.match_info["model"], request.match_info.get("version", "")
 
 
+def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
+    """(method, path, handler, Triton's category for --http-restricted-api) of every route. Our own routes:
+    the storage status and an ensemble's served version set describe what the repository holds and serves
+    (the operator reads them next to the index), so they are `model-repository`."""
+    routes: list[tuple[str, str, Handler, Category]] = [
+        ("GET", "/v2/health/live", r.live, Category.HEALTH),
+        ("GET", "/v2/health/ready", r.ready, Category.HEALTH),
+        ("GET", "/v2", r.server_metadata, Category.METADATA),
+        ("GET", "/v2/models/stats", r.statistics, Category.STATISTICS),
+    ]
+    for base in (_MODEL, _VERSION):
+        routes += [
+            ("GET", base, r.model_metadata, Category.METADATA),
+            ("GET", f"{base}/ready", r.model_ready, Category.HEALTH),
+            ("GET", f"{base}/config", r.model_config, Category.MODEL_CONFIG),
+            ("GET", f"{base}/stats", r.statistics, Category.STATISTICS),
+            ("POST", f"{base}/infer", r.infer, Category.INFERENCE),
+        ]
+    routes += [
+        ("POST", "/v2/repository/index", r.repository_index, Category.MODEL_REPOSITORY),
+        ("POST", "/v2/repository/models/{model}/load", r.load, Category.MODEL_REPOSITORY),
+        ("POST", "/v2/repository/models/{model}/unload", r.unload, Category.MODEL_REPOSITORY),
+        ("GET", "/v2/ensembles/{model}/versions", r.ensemble_versions, Category.MODEL_REPOSITORY),
+        ("GET", "/v2/repository/status", r.storage_status, Category.MODEL_REPOSITORY),
+    ]
+    return routes
+
+
 def build_http_app(
-    dataplane: DataPlane, max_body_bytes: int, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    dataplane: DataPlane,
+    max_body_bytes: int,
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+    restrictions: Restrictions | None = None,
 ) -> web.Application:
     """The v2 REST API over `dataplane`; bodies over `max_body_bytes` (all-JSON ones: `max_json_bytes`) get a
-    JSON 413, by their Content-Length before they are read, or as soon as reading (and inflating) passes it.
+    JSON 413, by their Content-Length before they are read, or as soon as reading (and inflating) passes it;
+    `restrictions`: the categories that need a header (--http-restricted-api), refused with a 403 before the
+    body is read.
 
     aiohttp's own inflation of compressed bodies is off: it has no limit; `http_body` inflates within one."""
+    routes = _routes(_Routes(dataplane, max_body_bytes, max_json_bytes))
+    middlewares = [_error_middleware(max_body_bytes)]
+    if restrictions is not None and restrictions.by_category:
+        categories = {path: category for _, path, _, category in routes}
+        middlewares.append(http_restriction_middleware(restrictions, categories))
     app = web.Application(
-        client_max_size=max_body_bytes,
-        middlewares=[_error_middleware(max_body_bytes)],
-        handler_args={"auto_decompress": False},
+        client_max_size=max_body_bytes, middlewares=middlewares, handler_args={"auto_decompress": False}
     )
-    r = _Routes(dataplane, max_body_bytes, max_json_bytes)
-    app.router.add_get("/v2/health/live", r.live)
-    app.router.add_get("/v2/health/ready", r.ready)
-    app.router.add_get("/v2", r.server_metadata)
-    app.router.add_get("/v2/models/stats", r.statistics)
-    for base in (_MODEL, _VERSION):
-        app.router.add_get(base, r.model_metadata)
-        app.router.add_get(f"{base}/ready", r.model_ready)
-        app.router.add_get(f"{base}/config", r.model_config)
-        app.router.add_get(f"{base}/stats", r.statistics)
-        app.router.add_post(f"{base}/infer", r.infer)
-    app.router.add_post("/v2/repository/index", r.repository_index)
-    app.router.add_post("/v2/repository/models/{model}/load", r.load)
-    app.router.add_post("/v2/repository/models/{model}/unload", r.unload)
-    app.router.add_get("/v2/ensembles/{model}/versions", r.ensemble_versions)
-    app.router.add_get("/v2/repository/status", r.storage_status)
+    for method, path, handler, _ in routes:
+        if method == "GET":
+            app.router.add_get(path, handler)
+        else:
+            app.router.add_route(method, path, handler)
     return app
 
 

@@ -16,6 +16,7 @@ from ensemble_runtime.errors import ErrorCode
 
 HTTP_OK = 200
 HTTP_BAD_REQUEST = 400
+HTTP_FORBIDDEN = 403  # a restricted API without its header (Triton: EVHTP_RES_FORBIDDEN)
 HTTP_PAYLOAD_TOO_LARGE = 413
 HTTP_INTERNAL = 500
 

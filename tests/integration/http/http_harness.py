@@ -154,7 +154,7 @@ class ServerThread:
             registry=registry,
             loader=VersionLoader(backends={"onnxruntime": OnnxRuntimeBackend()}, caller=call),
         )
-        self.dataplane = DataPlane(registry, manager)
+        self.dataplane = DataPlane(registry, manager, repository_control=True)  # as in explicit mode
         await manager.load(list(LOADED))
         self.runner = await start_http(build_http_app(self.dataplane, MAX_BODY_BYTES), "127.0.0.1", 0)
         host, port = self.runner.addresses[0][:2]

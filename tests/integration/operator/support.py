@@ -235,6 +235,8 @@ class OperatorProcess:
                 "ENSEMBLE_OPERATOR_WEBHOOK_KEY_PATH": str(release.key_path),
                 # The default image's repository and the one the rollout test switches to.
                 "ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_IMAGES": json.dumps(ALLOWED_RUNTIME_IMAGES),
+                # as the chart's control-key Secret does: runtime pods' control APIs behind per-Ensemble tokens
+                "ENSEMBLE_OPERATOR_CONTROL_KEY": "integration-test-operator-key",
             }
         )
         self.process = ManagedProcess(

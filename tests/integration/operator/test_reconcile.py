@@ -3,6 +3,7 @@ plane: objects, status, rollouts, no-op reconciles, deletion, scheduling failure
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import time
@@ -51,6 +52,7 @@ def _children(ns: str, name: str) -> dict[str, str]:
         "headless Service": f"/api/v1/namespaces/{ns}/services/{name}-pods",
         "Deployment": f"/apis/apps/v1/namespaces/{ns}/deployments/{name}",
         "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}",
+        "control Secret": f"/api/v1/namespaces/{ns}/secrets/{name}-control",  # written with create/patch only
     }
 
 
@@ -140,6 +142,9 @@ def test_ensemble_gets_its_objects_and_status(audited_control_plane: ControlPlan
     assert container["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod_spec["securityContext"]["runAsUser"] == 1000
+    token = base64.b64decode(children["control Secret"]["data"]["token"]).decode()
+    assert len(token) == 64 and token not in json.dumps(deployment)
+    assert any(a.startswith("--http-restricted-api=model-repository") for a in container["args"])
     (pod,) = _pods(cp, ns, name)
     assert pod["spec"]["nodeName"] == GPU_NODE.name
 

@@ -130,3 +130,38 @@ def test_helm_template_admission_policy(helm: str, namespaces: list[str], tmp_pa
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert json.loads(env["ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_IMAGES"]) == ["registry.example/ml/"]
     assert json.loads(env["ENSEMBLE_OPERATOR_ALLOWED_RUNTIME_FLAGS"]) == ["--some-tunable"]
+
+
+def test_helm_template_control_key_rbac_and_network_policy_setting(
+    helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": {"enabled": True, "extraInferenceFrom": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}]}}))
+    out = _run(helm, "template", "ens", str(CHART), "--namespace", "ops", "-f", str(values))
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+    key = docs[("Secret", "ens-ensemble-operator-control-key")]
+    assert len(key["data"]["key"]) >= 64
+    (container,) = docs[("Deployment", "ens-ensemble-operator")]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ENSEMBLE_OPERATOR_CONTROL_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "ens-ensemble-operator-control-key", "key": "key"}
+    assert env["ENSEMBLE_OPERATOR_NETWORK_POLICY_ENABLED"]["value"] == "true"
+    assert json.loads(env["ENSEMBLE_OPERATOR_NETWORK_POLICY_OPERATOR_LABELS"]["value"]) == {
+        "app.kubernetes.io/name": "ensemble-operator", "app.kubernetes.io/instance": "ens"}
+    assert json.loads(env["ENSEMBLE_OPERATOR_NETWORK_POLICY_EXTRA_PEERS"]["value"])[0]["namespaceSelector"]
+    rules = docs[("ClusterRole", "ens-ensemble-operator")]["rules"]
+    secrets = [r for r in rules if "secrets" in r["resources"]]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]}], secrets
+    assert any("networkpolicies" in r["resources"] for r in rules)
+    # the operator's settings read what the chart sets
+    from ensemble_operator.settings import Settings
+
+    for name, e in env.items():
+        if "value" in e:
+            monkeypatch.setenv(name, e["value"])
+    monkeypatch.setenv("ENSEMBLE_OPERATOR_POD_NAMESPACE", "ops")
+    settings = Settings()
+    policy = settings.runtime_defaults().network_policy
+    assert policy.enabled and policy.operator_namespace == "ops"
+    assert policy.operator_pod_labels["app.kubernetes.io/instance"] == "ens"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
+from ensemble_operator.render.control import control_token
 from fake_api import FakeApi
 
 NS = "ml"
@@ -25,14 +27,14 @@ FOUND = {
 }
 
 
-def _served(url: str, timeout: float) -> Any:
+def _served(url: str, timeout: float, headers: Mapping[str, str] | None = None) -> Any:
     if url.endswith("/v2/repository/status"):
         return {"reachable": True, "sources": [], "models": FOUND[url.split("//")[1].split(":")[0]]}
     assert url.endswith("/v2/ensembles/image-pipeline/versions")
     return {"ensemble": "image-pipeline", "versions": {"classifier": 2, "preprocess": 1, "postprocess": 1}}
 
 
-def _index(url: str, body: bytes, timeout: float) -> Any:
+def _index(url: str, body: bytes, timeout: float, headers: Mapping[str, str] | None = None) -> Any:
     assert url.endswith("/v2/repository/index")
     return [{"name": "classifier", "version": "2", "state": "READY"}]
 
@@ -85,6 +87,36 @@ def test_second_reconcile_writes_nothing(world: tuple[FakeApi, Reconciler]) -> N
     rec.ensemble(_ensemble_body(api))
     assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
     assert [m for m, _ in api.requests[seen:]] == ["GET"] * (len(api.requests) - seen)
+
+
+def test_restricted_pods_get_their_token_and_secrets_are_never_read(world: tuple[FakeApi, Reconciler]) -> None:
+    """With an operator key: a Secret per Ensemble written without reading Secrets back, the header on every
+    call to the pods, and still nothing written by an unchanged reconcile."""
+    api, _ = world
+    sent: list[tuple[str, Mapping[str, str]]] = []
+
+    def served(url: str, timeout: float, headers: Mapping[str, str]) -> Any:
+        sent.append((url, headers))
+        return _served(url, timeout)
+
+    def index(url: str, body: bytes, timeout: float, headers: Mapping[str, str]) -> Any:
+        sent.append((url, headers))
+        return _index(url, body, timeout)
+
+    key = "operator-key"
+    rec = Reconciler(kube=KubeClient(api, http_get=served, http_post=index, control_key=key),
+                     defaults=RuntimeDefaults(control_key=key), clock=lambda: "2026-01-01T00:00:00Z")
+    rec.ensemble(_ensemble_body(api))
+    secret = api.objects[object_path("v1", "Secret", NS, "image-pipeline-control")]
+    token = control_token(key, NS, "image-pipeline")
+    assert secret["stringData"] == {"token": token}
+    _mark_deployment_ready(api)
+    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert len(sent) == 6 and all(headers == {"x-ensemble-control": token} for _, headers in sent), sent
+    settled = rec.kube.stats.writes
+    rec.ensemble(_ensemble_body(api))
+    assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
+    assert not [p for m, p in api.requests if m == "GET" and "/secrets" in p], "the operator read a Secret"
 
 
 def _model_status(api: FakeApi, name: str) -> dict[str, Any]:
@@ -210,7 +242,7 @@ def test_pods_still_on_an_older_config_are_nudged_again(ensemble: Ensemble, mode
     api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
     digests = {"10.0.0.0": "stale", "10.0.0.1": None}  # pod 1: a runtime that does not report one
 
-    def served(url: str, timeout: float) -> Any:
+    def served(url: str, timeout: float, headers: Mapping[str, str]) -> Any:
         doc = _served(url, timeout)
         ip = url.split("//")[1].split(":")[0]
         if url.endswith("/v2/repository/status"):

@@ -3,6 +3,7 @@ deliberate change, then review the diff of tests/unit/operator/golden/."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -12,11 +13,24 @@ import pytest
 import yaml
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.plan import ObjectKey, plan_ensemble
-from ensemble_operator.render.common import RESTART_HASH_ANNOTATION, RuntimeDefaults, parse_bytes
+from ensemble_operator.render.common import (
+    RESTART_HASH_ANNOTATION,
+    NetworkPolicySettings,
+    RuntimeDefaults,
+    parse_bytes,
+)
+from ensemble_operator.render.control import control_token
 from ensemble_operator.render.runtime_config import RepositoryConfig
 
 GOLDEN = Path(__file__).parent / "golden"
-DEFAULTS = RuntimeDefaults(image="registry.example/ensemble-runtime:test")
+OPERATOR_KEY = "test-operator-key"
+POLICY = NetworkPolicySettings(
+    enabled=True, operator_namespace="ops", operator_pod_labels={"app.kubernetes.io/name": "ensemble-operator"},
+    extra_inference_peers=[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}],
+)
+# What the chart runs: control APIs behind the per-Ensemble token, and the NetworkPolicy on.
+DEFAULTS = RuntimeDefaults(image="registry.example/ensemble-runtime:test", control_key=OPERATOR_KEY, network_policy=POLICY)
+OPEN = dataclasses.replace(DEFAULTS, control_key="", network_policy=NetworkPolicySettings())
 
 
 def _kinds(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -69,9 +83,10 @@ def test_golden_full(ensemble: Ensemble, models: dict[str, Model]) -> None:
 
 def test_golden_minimal(ensemble: Ensemble, models: dict[str, Model]) -> None:
     ens, mods = _minimal(ensemble, models)
-    plan = plan_ensemble(ens, mods, DEFAULTS)
+    plan = plan_ensemble(ens, mods, OPEN)
     assert plan.valid
-    assert plan.delete == [ObjectKey("autoscaling/v2", "HorizontalPodAutoscaler", "ml", "image-pipeline")]
+    assert plan.delete == [ObjectKey("autoscaling/v2", "HorizontalPodAutoscaler", "ml", "image-pipeline"),
+                           ObjectKey("networking.k8s.io/v1", "NetworkPolicy", "ml", "image-pipeline-runtime")]
     _check_golden("image-pipeline-minimal", plan.apply)
     deployment = _kinds(plan.apply)["Deployment/image-pipeline"]
     pod = deployment["spec"]["template"]["spec"]
@@ -125,6 +140,62 @@ def test_load_journal_outlives_a_container_restart(ensemble: Ensemble, models: d
     mount = next(m for m in container["volumeMounts"] if journal.startswith(m["mountPath"].rstrip("/") + "/"))
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
     assert "emptyDir" in volume and not mount.get("readOnly"), (mount, volume)
+
+
+def test_control_token_is_in_a_secret_and_never_in_the_pod_spec(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    objs = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)
+    token = control_token(OPERATOR_KEY, "ml", "image-pipeline")
+    assert token != control_token(OPERATOR_KEY, "ml", "other") != control_token("another-key", "ml", "image-pipeline")
+    secret = objs["Secret/image-pipeline-control"]
+    assert secret["stringData"] == {"token": token}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-ensemble"
+    assert list(objs).index("Secret/image-pipeline-control") < list(objs).index("Deployment/image-pipeline")
+    deployment = objs["Deployment/image-pipeline"]
+    assert token not in json.dumps(deployment) and OPERATOR_KEY not in json.dumps(deployment)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ENSEMBLE_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "image-pipeline-control", "key": "token", "optional": False}
+    restricted = "model-repository,shared-memory,trace,logging:x-ensemble-control=$(ENSEMBLE_CONTROL_TOKEN)"
+    assert f"--http-restricted-api={restricted}" in container["args"]
+    assert f"--grpc-restricted-protocol={restricted}" in container["args"]
+    # without an operator key the pods stay as before: no Secret, no restriction
+    open_objs = _kinds(plan_ensemble(ensemble, models, OPEN).apply)
+    assert "Secret/image-pipeline-control" not in open_objs
+    assert not any("restricted" in a for a in open_objs["Deployment/image-pipeline"]["spec"]["template"]["spec"][
+        "containers"][0]["args"])
+
+
+def test_rendered_restriction_parses_in_the_runtime(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    """What Kubernetes hands the runtime once it has expanded $(ENSEMBLE_CONTROL_TOKEN)."""
+    from ensemble_runtime.restrictions import Category
+    from ensemble_runtime.settings import parse_settings
+
+    (container,) = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["Deployment/image-pipeline"][
+        "spec"]["template"]["spec"]["containers"]
+    token = control_token(OPERATOR_KEY, "ml", "image-pipeline")
+    settings = parse_settings([a.replace("$(ENSEMBLE_CONTROL_TOKEN)", token) for a in container["args"]])
+    for restrictions, header in ((settings.http_restrictions(), "x-ensemble-control"),
+                                 (settings.grpc_restrictions(), "triton-grpc-protocol-x-ensemble-control")):
+        restriction = restrictions.get(Category.MODEL_REPOSITORY)
+        assert restriction is not None and restriction.header == header and restriction.allows(token)
+        assert restrictions.get(Category.INFERENCE) is None and restrictions.get(Category.STATISTICS) is None
+
+
+def test_network_policy_shape(ensemble: Ensemble, models: dict[str, Model]) -> None:
+    policy = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["NetworkPolicy/image-pipeline-runtime"]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"]["serving.ensemble.dev/ensemble"] == "image-pipeline"
+    assert spec["policyTypes"] == ["Ingress"]
+    serving, metrics = spec["ingress"]
+    assert [p["port"] for p in serving["ports"]] == [8000, 8001]
+    assert serving["from"] == [
+        {"podSelector": {}},  # the Ensemble's namespace
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ensemble-operator"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}},
+    ]
+    assert metrics == {"ports": [{"port": 8002, "protocol": "TCP"}]}
 
 
 def test_repository_json_matches_schema(ensemble: Ensemble, models: dict[str, Model]) -> None:

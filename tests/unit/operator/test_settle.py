@@ -42,7 +42,7 @@ def world(ensemble: Ensemble, models: dict[str, Model], settle: ModelSettle) -> 
     for m in models.values():
         api.put(object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True))
     api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
-    kube = KubeClient(api, http_get=lambda url, timeout: {}, http_post=lambda url, body, timeout: [])
+    kube = KubeClient(api, http_get=lambda url, timeout, headers: {}, http_post=lambda url, body, timeout, headers: [])
     return api, Reconciler(kube=kube, defaults=RuntimeDefaults(), clock=lambda: "2026-01-01T00:00:00Z", settle=settle)
 
 

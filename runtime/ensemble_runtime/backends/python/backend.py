@@ -15,6 +15,7 @@ from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
 from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
 from ensemble_runtime.backends.python.loader import ModelModule, load_model_module
+from ensemble_runtime.config import paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.dtypes import config_to_wire
 from ensemble_runtime.errors import must_propagate
@@ -152,7 +153,7 @@ def _initialize_args(config: mc.ModelConfig, context: LoadContext, config_json: 
 
 
 def _model_file(config: mc.ModelConfig, version_path: Path) -> Path:
-    path = version_path / model_filename(config)
+    path = paths.model_file(config, version_path, model_filename(config))
     if not path.is_file():
         raise ConfigError(f"model '{config.name}' version {version_path.name}: model file '{path}' not found")
     return path
