@@ -314,7 +314,7 @@ def test_a_version_that_killed_the_runtime_reaches_the_status_and_an_event(ensem
     event carry that reason (the pods stay ready: the previous version serves)."""
     died = "the runtime died while loading this version"  # the runtime's load_journal.DIED_LOADING
 
-    def index(url: str, body: bytes, timeout: float) -> Any:
+    def index(url: str, body: bytes, timeout: float, headers: Mapping[str, str]) -> Any:
         return [{"name": "classifier", "version": "2", "state": "READY", "reason": ""},
                 {"name": "classifier", "version": "3", "state": "UNAVAILABLE", "reason": died}]
 
