@@ -9,11 +9,13 @@ import json
 
 import grpc
 import pytest
+from ensemble_runtime.config import model_config as mcfg
+from ensemble_runtime.validation import ModelSignature
 from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
-from tests.property import wire
+from tests.property import bad_configs, wire
 from tests.property.good import assert_grpc_serves, assert_http_serves
 from tests.property.invariant import MemoryWatch, assert_refused
 from tests.support.runtime_process import RuntimeProcess
@@ -98,3 +100,31 @@ def test_http_finding(server: RuntimeProcess, case: str) -> None:
     answer = wire.http_answer(*wire.http_post(server.http_port, wire.infer_path("add_sub"), body, headers))
     assert_refused(answer)
     assert_http_serves(server.http_port)
+
+
+# ---- config.pbtxt ------------------------------------------------------------------------------------------
+
+NOT_UTF8 = {"not_utf8": b'platform: "onnxruntime_onnx" name: "\xff\xfe"'}
+
+
+def test_non_utf8_config_leaves_only_that_model_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Today: UnicodeDecodeError out of model_manager._peek_config ends the server at startup (rc 1)."""
+    root = bad_configs.build(tmp_path_factory.mktemp("not-utf8"), NOT_UTF8)
+    with RuntimeProcess([root], ["--strict-readiness=false"]) as server:
+        server.wait_model_ready("add_sub")
+        bad_configs.assert_unavailable_and_serving(server, NOT_UTF8)
+
+
+UNKNOWN_ENUM = 'name: "m" backend: "python" input [ { name: "x" data_type: 99 dims: [1] } ] ' \
+               'output [ { name: "y" data_type: TYPE_FP32 dims: [1] } ]'
+
+
+def test_unknown_data_type_number_is_a_config_error() -> None:
+    """Today: parse and check_config accept `data_type: 99`; ModelSignature.from_config then raises ValueError."""
+    try:
+        config = mcfg.apply_defaults(mcfg.parse_config_text(UNKNOWN_ENUM), "m")
+        mcfg.check_config(config, "m")
+    except mcfg.ConfigError:
+        return
+    ModelSignature.from_config(config)
+    raise AssertionError("data_type 99 was accepted")
