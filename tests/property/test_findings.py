@@ -110,9 +110,13 @@ NOT_UTF8 = {"not_utf8": b'platform: "onnxruntime_onnx" name: "\xff\xfe"'}
 def test_non_utf8_config_leaves_only_that_model_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Today: UnicodeDecodeError out of model_manager._peek_config ends the server at startup (rc 1)."""
     root = bad_configs.build(tmp_path_factory.mktemp("not-utf8"), NOT_UTF8)
-    with RuntimeProcess([root], ["--strict-readiness=false"]) as server:
+    server = RuntimeProcess([root], ["--strict-readiness=false"])
+    try:  # not `with`: a start that fails would leave the log file open (and a ResourceWarning in a later test)
+        server.start()
         server.wait_model_ready("add_sub")
         bad_configs.assert_unavailable_and_serving(server, NOT_UTF8)
+    finally:
+        server.stop()
 
 
 UNKNOWN_ENUM = 'name: "m" backend: "python" input [ { name: "x" data_type: 99 dims: [1] } ] ' \
