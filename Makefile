@@ -37,7 +37,7 @@ test: setup lint typecheck tools
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # Coverage-guided fuzzing (atheris) of the gRPC and HTTP codecs and the config parser, from fuzz/corpus/.
-# `make test` runs the same targets for 30 s each (tests/property/test_fuzz_targets.py).
+# `make test` runs the same targets for 30 s each (tests/fuzz/test_fuzz_targets.py).
 FUZZ_SECONDS ?= 60
 fuzz: setup
 	$(BIN)/python -m fuzz.run --seconds $(FUZZ_SECONDS)
