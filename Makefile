@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup demo test lint typecheck unit integration bench tools crds
+.PHONY: setup demo test lint typecheck unit integration bench tools crds fuzz property
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: setup
 	$(BIN)/python -m ensemble_examples.demo
 
 lint: setup
-	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench e2e
+	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench e2e fuzz
 	$(BIN)/lint-imports
 
 typecheck: setup
@@ -35,6 +35,16 @@ unit: setup
 
 test: setup lint typecheck tools
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# Coverage-guided fuzzing (atheris) of the gRPC and HTTP codecs and the config parser, from fuzz/corpus/.
+# `make test` runs the same targets for 30 s each (tests/fuzz/test_fuzz_targets.py).
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	$(BIN)/python -m fuzz.run --seconds $(FUZZ_SECONDS)
+
+# Property-based tests (hypothesis) against a real runtime; HYPOTHESIS_PROFILE=deep for 2,000 examples each.
+property: setup
+	$(BIN)/pytest tests/property -q
 
 bench: setup
 	$(BIN)/python bench/single_model.py
