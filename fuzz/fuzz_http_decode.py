@@ -7,7 +7,6 @@ Run: python -m fuzz.fuzz_http_decode [libFuzzer flags] CORPUS_DIR...   (or `make
 
 from __future__ import annotations
 
-import json
 import sys
 
 import atheris
@@ -32,26 +31,10 @@ def split(data: bytes) -> tuple[bytes, str | None]:
     return data[3:], value
 
 
-def _declares_huge_bytes(header: bytes) -> bool:
-    try:
-        parsed = json.loads(header)
-        items = parsed.get("inputs") if isinstance(parsed, dict) else None
-        return any(
-            isinstance(i, dict) and isinstance(i.get("shape"), list)
-            and invariant.declared_bytes_count_too_big(i.get("datatype"), i["shape"])
-            for i in items or []
-        )
-    except (ValueError, RecursionError):
-        return False
-
-
 def one_input(data: bytes) -> None:
     if not data:
         return
     body, length = split(data)
-    head = body if length is None or not length.lstrip("-").isdigit() else body[: max(0, int(length))]
-    if _declares_huge_bytes(head):
-        return  # issue 10 finding 4 (see invariant.KNOWN_MEMORY_DEFECT)
 
     def decode_and_validate() -> None:
         decoded = http_codec.decode_infer_request(body, length, "add_sub")

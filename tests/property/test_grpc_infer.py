@@ -71,7 +71,7 @@ def test_damaged_messages_are_answered_or_refused(channel: grpc.Channel, memory:
     memory.check()
 
 
-# ---- issue 10's known defects (findings 4 and 6): the lead removes these marks once the fixes are merged ----
+# ---- issue 10's findings 4 and 6: fixed cases that the generated domain above leaves out ----
 
 def _bytes_request(shape: list[int], raw: bytes, model: str = "types") -> bytes:
     request = pb.ModelInferRequest(model_name=model)
@@ -80,7 +80,6 @@ def _bytes_request(shape: list[int], raw: bytes, model: str = "types") -> bytes:
     return bytes(request.SerializeToString())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 finding 4: a BYTES count from the declared shape is allocated before the payload proves it")
 @pytest.mark.parametrize(("shape", "model"), [
     ([2**27], "types"),  # the issue's 35-byte request: 1 GiB and a 5 s stall
     ([2**27], "no_such_model"),  # the same for a model that does not exist
@@ -116,10 +115,7 @@ EDGES = ["duplicate requested output", "shared memory on an input", "shared memo
          "version ' 1'", "version '+1'", "10k-character model name"]
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"issue 10 finding 6: gRPC accepts/garbles {k}"))
-    for k in EDGES
-])
+@pytest.mark.parametrize("kind", EDGES)
 def test_edges_refused_clearly(channel: grpc.Channel, kind: str) -> None:
     data, model = _edge_request(kind)
     answer = wire.grpc_call(channel, data)

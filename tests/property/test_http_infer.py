@@ -110,7 +110,7 @@ def test_binary_framing_lies_are_refused(server: RuntimeProcess, memory: MemoryW
     memory.check()
 
 
-# ---- issue 10's known defects (findings 4 and 6): the lead removes these marks once the fixes are merged ----
+# ---- issue 10's findings 4 and 6: fixed cases that the generated domain above leaves out ----
 
 def _known_case(kind: str) -> tuple[bytes, dict[str, str]]:
     if kind == "100k nested '['":
@@ -137,9 +137,7 @@ KNOWN = {
 }
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"issue 10 {why}")) for k, why in KNOWN.items()
-])
+@pytest.mark.parametrize("kind", list(KNOWN))
 def test_known_defects_http(server: RuntimeProcess, memory: MemoryWatch, kind: str) -> None:
     body, headers = _known_case(kind)
     model = "types" if "BYTES" in kind else "add_sub"
