@@ -31,6 +31,7 @@ class DataPlane:
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
     accepting: bool = True
+    started: bool = False  # the initial load (and sync) has finished
     in_flight: int = 0
 
     # ---- health -------------------------------------------------------------------------------
@@ -38,12 +39,14 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        if not self.accepting:
+        """Taking requests, the initial load done, and (strict readiness) every model the configuration asks
+        for can answer: those of the repository in control modes none and poll, those loaded at startup or
+        through the load API and not unloaded since in explicit mode (ModelManager.requested)."""
+        if not self.accepting or not self.started:
             return False
         if not self.strict_readiness:
             return True
-        records = [r for r in self.registry.records.values() if not r.explicitly_unloaded]
-        return all(r.ready for r in records)
+        return self.manager.ready()
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -131,7 +134,10 @@ class DataPlane:
         return entries
 
     async def load(self, name: str, config_override: str | None = None) -> None:
-        await self.manager.load([name], {name: config_override} if config_override else None)
+        try:
+            await self.manager.load([name], {name: config_override} if config_override else None)
+        finally:  # asked for from now on, loaded or not (not if no repository has it)
+            self.manager.note_requested(name)
 
     async def unload(self, name: str) -> None:
         await self.manager.unload(name)

@@ -45,3 +45,13 @@ def unavailable(message: str) -> InferenceError:
 
 def internal(message: str) -> InferenceError:
     return InferenceError(ErrorCode.INTERNAL, message)
+
+
+NAME_LIMIT = 128  # characters of a client-supplied name echoed into a message or a log line
+
+
+def clip(name: str, limit: int = NAME_LIMIT) -> str:
+    """`name` as a message may quote it: at most `limit` characters, the rest counted, not echoed."""
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit]}...({len(name) - limit} more characters)"

@@ -44,6 +44,8 @@ class RuntimeSettings(BaseModel):
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     repository_settle_secs: float = 1.0
+    model_load_timeout_secs: float = 600.0
+    max_instances_per_model: int = 64
 
 
 def _bool(text: str) -> bool:
@@ -96,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION, else us-east-1)")
     p.add_argument("--repository-settle-secs", type=float, default=1.0,
                    help="at startup, a version without a .complete marker must list the same twice this far apart")
+    p.add_argument("--model-load-timeout-secs", type=float, default=600.0,
+                   help="a model version not loaded and warmed up within this time fails (UNAVAILABLE, the old "
+                        "version keeps serving) and its load is abandoned; 0: no limit (Triton has none)")
+    p.add_argument("--max-instances-per-model", type=int, default=64,
+                   help="a model version whose instance groups ask for more instances (threads, sessions) than "
+                        "this is refused; 0: no limit")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p
