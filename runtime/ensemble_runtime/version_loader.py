@@ -37,7 +37,7 @@ class VersionLoader:
     @property
     def budgeted(self) -> bool:
         """Whether loads must fit a memory budget (then they are checked one at a time)."""
-        return bool(self.budget.budget_bytes) or self.device_free is not None
+        return bool(self.budget.budget_bytes) or (self.device_free is not None and self.device_free() is not None)
 
     def over_budget(self, path: Path, loaded: Iterable[LoadedVersion]) -> str:
         """'' when a version at `path` fits next to what is loaded, else the reason it does not."""
