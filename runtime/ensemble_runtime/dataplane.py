@@ -31,7 +31,7 @@ class DataPlane:
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
     accepting: bool = True
-    started: bool = False  # the initial load (and sync) has finished
+    started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
 
     # ---- health -------------------------------------------------------------------------------

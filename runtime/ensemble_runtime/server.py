@@ -96,6 +96,7 @@ class Server:
 
     async def start(self) -> None:
         s = self.settings
+        self.dataplane.started = False  # not ready before the initial load has finished
         if s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes)
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
