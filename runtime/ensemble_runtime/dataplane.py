@@ -35,6 +35,7 @@ class DataPlane:
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
     accepting: bool = True
+    started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
 
     # ---- health -------------------------------------------------------------------------------
@@ -42,12 +43,14 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        if not self.accepting:
+        """Taking requests, the initial load done, and (strict readiness) every model the configuration asks
+        for can answer: those of the repository in control modes none and poll, those loaded at startup or
+        through the load API and not unloaded since in explicit mode (ModelManager.requested)."""
+        if not self.accepting or not self.started:
             return False
         if not self.strict_readiness:
             return True
-        records = [r for r in self.registry.records.values() if not r.explicitly_unloaded]
-        return all(r.ready for r in records)
+        return self.manager.ready()
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -143,7 +146,10 @@ class DataPlane:
         self.require_repository_control()
         if not valid_model_name(name):  # never looked up: the answer an unknown name gets
             raise invalid(load_failed(name, not_in_repository(name)))
-        await self.manager.load([name], {name: config_override} if config_override else None)
+        try:
+            await self.manager.load([name], {name: config_override} if config_override else None)
+        finally:  # asked for from now on, loaded or not (not if no repository has it)
+            self.manager.note_requested(name)
 
     async def unload(self, name: str) -> None:
         self.require_repository_control()

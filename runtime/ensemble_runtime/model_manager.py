@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from ensemble_runtime.config.model_config import (
 from ensemble_runtime.config.names import load_failed, not_in_repository
 from ensemble_runtime.config.paths import check_config_paths
 from ensemble_runtime.ensemble.graph import build_graph
-from ensemble_runtime.errors import InferenceError, invalid, not_found
+from ensemble_runtime.errors import InferenceError, invalid, not_found, quote_name
+from ensemble_runtime.keyed_locks import KeyedLocks
 from ensemble_runtime.load_journal import DIED_LOADING
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
@@ -59,6 +61,7 @@ class _Plan:
 
 BeforeLoad = Callable[[Collection[str]], Awaitable[None]]
 Uploading = Callable[[], Mapping[str, Collection[int]]]  # model -> versions storage saw still uploading
+Declared = Callable[[], Collection[str] | None]  # models a repository config names (None: not read yet)
 
 
 @dataclass
@@ -69,7 +72,15 @@ class ModelManager:
     before_load: BeforeLoad | None = None  # e.g. sync those models from S3 into the local cache
     uploading: Uploading | None = None  # e.g. Storage.awaited_versions
     configs: ConfigFiles = field(default_factory=ConfigFiles)  # config.pbtxt files, parsed off the loop
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    declared: Declared | None = None  # e.g. Storage.declared_models
+    explicit: bool = False  # --model-control-mode explicit: the load/unload API says what is asked for
+    # The models the configuration asks for: readiness means each of them can answer (see `ready`).
+    requested: set[str] = field(default_factory=set)
+    _unknown_repository: bool = False  # a repository config that was never read: what it asks for is unknown
+    _locks: KeyedLocks = field(default_factory=KeyedLocks)  # one per model: one model's load never blocks another's
+    _sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one storage sync for a load at a time
+    _budget_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # loads under a memory budget, one at a time
+    _loading: set[asyncio.Task[object]] = field(default_factory=set)
     _locations: dict[str, ModelLocation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -84,6 +95,34 @@ class ModelManager:
         locations = self.scan()
         await self.configs.refresh(loc.path / "config.pbtxt" for loc in locations.values())
         return locations
+
+    # ---- what is asked for ----------------------------------------------------------------------
+    def want_repository(self) -> None:
+        """Control modes none and poll: every model of the repositories (as last scanned) and of the repository
+        config is asked for."""
+        declared = self.declared() if self.declared is not None else ()
+        self._unknown_repository = declared is None
+        self.requested = set(self._locations) | set(declared or ())
+
+    def note_requested(self, name: str) -> None:
+        """An explicit load asked for `name`; a name no repository has leaves no trace."""
+        if name in self._locations:
+            self.requested.add(name)
+
+    def ready(self) -> bool:
+        """Every model the configuration asks for can answer a request."""
+        if self._unknown_repository:
+            return False
+        for name in self.requested:
+            rec = self.registry.records.get(name)
+            if rec is None or not rec.ready:
+                return False
+        return True
+
+    def abandon_loads(self) -> None:
+        """Shutdown: cancel every load in progress (a hung backend thread is left behind, not waited for)."""
+        for task in list(self._loading):
+            task.cancel()
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         entries: list[IndexEntry] = []
@@ -115,44 +154,92 @@ class ModelManager:
 
         `fetch`: bring these models from storage first (the load API); the poll loop has synced already.
         Loaded ensembles over any of these models join the operation, so their steps switch all or nothing.
+        Models that share no ensemble load independently and concurrently, each group under its own models'
+        locks: a load that hangs holds only its own models (until --model-load-timeout-secs).
         """
-        async with self._lock:
-            names = list(names)
-            fetch = fetch and self.before_load is not None
-            if fetch and self.before_load is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._loading.add(task)
+        try:
+            await self._load(list(dict.fromkeys(names)), dict(overrides or {}), fetch)
+        finally:
+            if task is not None:
+                self._loading.discard(task)
+
+    async def _load(self, names: list[str], overrides: dict[str, str], fetch: bool) -> None:
+        fetch = fetch and self.before_load is not None
+        if fetch and self.before_load is not None:
+            async with self._sync_lock:
                 await self.before_load(names)
-            await self.refresh_configs()
-            names += self._ensembles_over(names)
-            wanted = self._with_steps(names, overrides or {})
-            if fetch and self.before_load is not None and set(wanted) - set(names):
+        await self.refresh_configs()
+        wanted = self._closure(names, overrides)
+        if fetch and self.before_load is not None and set(wanted) - set(names):
+            async with self._sync_lock:
                 await self.before_load(wanted)  # the ensemble's steps too
-                await self.refresh_configs()
-            wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
-            for note in waits:
-                log.info("%s", note)
-            plans: dict[str, _Plan] = {}
-            errors: list[str] = [f"not switched: {note}" for note in waits] if fetch else []
-            failed: set[str] = set()
-            for name in wanted:
-                try:
-                    plans[name] = await self._prepare(name, (overrides or {}).get(name), plans)
-                except (ConfigError, InferenceError) as exc:
-                    message = str(exc)
-                    rec = self.registry.record(name)
-                    rec.reason = message
-                    failed.add(name)
-                    log.error("failed to load '%s': %s", name, message)
-                    errors.append(load_failed(name, message))
-            failed |= {name for name, plan in plans.items() if plan.failed}
-            self._keep_old_sets(plans, failed)
-            self._commit(list(plans.values()))
-            for plan in plans.values():
-                if plan.record.reason:
-                    errors.append(f"failed to load '{plan.record.name}': {plan.record.reason}")
-                if plan.record.ensemble is not None and plan.record.ensemble.reason:
-                    errors.append(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}")
-            if errors:
-                raise invalid("; ".join(dict.fromkeys(errors)))
+            await self.refresh_configs()
+        outcomes = await asyncio.gather(
+            *(self._load_group(group, overrides, fetch) for group in self._groups(names, overrides)),
+            return_exceptions=True,
+        )
+        errors: list[str] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            errors.extend(outcome)
+        if errors:
+            raise invalid("; ".join(dict.fromkeys(errors)))
+
+    def _closure(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
+        """`names`, the loaded ensembles over them and the steps of every ensemble among those, steps first."""
+        return self._with_steps(names + self._ensembles_over(names), overrides)
+
+    def _groups(self, names: list[str], overrides: Mapping[str, str]) -> list[list[str]]:
+        """The names split into groups that share no model (with their ensembles and steps): loaded apart."""
+        groups: list[tuple[list[str], list[str]]] = []  # (seeds, closure)
+        for name in names:
+            seeds, closure = [name], self._closure([name], overrides)
+            for other in [g for g in groups if set(g[1]) & set(closure)]:
+                groups.remove(other)
+                seeds, closure = other[0] + seeds, list(dict.fromkeys(other[1] + closure))
+            groups.append((seeds, closure))
+        return [seeds for seeds, _ in groups]
+
+    async def _load_group(self, seeds: list[str], overrides: Mapping[str, str], fetch: bool) -> list[str]:
+        held = self._closure(seeds, overrides)
+        while True:
+            async with self._locks.hold(held):
+                wanted = self._closure(seeds, overrides)  # an ensemble over them may have loaded meanwhile
+                if set(wanted) <= set(held):
+                    return await self._load_locked(wanted, overrides, fetch)
+            held = list(dict.fromkeys(held + wanted))
+
+    async def _load_locked(self, wanted: list[str], overrides: Mapping[str, str], fetch: bool) -> list[str]:
+        """Prepare every model of `wanted` (this operation holds their locks), then switch them at once."""
+        wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
+        for note in waits:
+            log.info("%s", note)
+        plans: dict[str, _Plan] = {}
+        errors: list[str] = [f"not switched: {note}" for note in waits] if fetch else []
+        failed: set[str] = set()
+        for name in wanted:
+            try:
+                plans[name] = await self._prepare(name, overrides.get(name), plans)
+            except (ConfigError, InferenceError) as exc:
+                message = str(exc)
+                if name in self._locations:  # a name no repository has keeps no record
+                    self.registry.record(name).reason = message
+                failed.add(name)
+                log.error("%s", load_failed(name, message))
+                errors.append(load_failed(name, message))
+        failed |= {name for name, plan in plans.items() if plan.failed}
+        self._keep_old_sets(plans, failed)
+        self._commit(list(plans.values()))
+        for plan in plans.values():
+            if plan.record.reason:
+                errors.append(f"failed to load '{plan.record.name}': {plan.record.reason}")
+            if plan.record.ensemble is not None and plan.record.ensemble.reason:
+                errors.append(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}")
+        return errors
 
     def _ensembles_over(self, names: Collection[str]) -> list[str]:
         """Loaded ensembles one of whose steps is among `names` (and not named themselves)."""
@@ -254,21 +341,25 @@ class ModelManager:
             fingerprint = version_fingerprint(config, path)
             current = rec.versions.get(version)
             if current is not None and current.state == VersionState.READY and current.fingerprint == fingerprint:
+                current.reason = ""  # the files are back to what is loaded: an earlier failed copy is moot
                 ready.append(version)
                 continue
-            reason = self.loader.over_budget(path, self.registry.loaded_versions())
-            if reason and self.loader.budget.policy == MemoryPolicy.DRAIN_THEN_SWAP and rec.served:
-                # not zero-downtime: the model stops serving while its old versions drain and unload
-                log.warning("model '%s' version %d: %s; draining the old version(s) first", name, version, reason)
-                self.registry.retire(self.registry.commit({name: ()}))
-                await self.registry.wait_retired()
+            # loads under a memory budget run one at a time, so that each sees what the others took
+            async with self._budget_lock if self.loader.budgeted else contextlib.nullcontext():
                 reason = self.loader.over_budget(path, self.registry.loaded_versions())
-            if reason:
-                lv = LoadedVersion(model=name, version=version, config=config, scheduler=None,
-                                   state=VersionState.UNAVAILABLE, reason=reason)
-                log.error("not loading model '%s' version %d: %s", name, version, reason)
-            else:
-                lv = await self.loader.load(name, config, version, path, location.path, backend, fingerprint)
+                if reason and self.loader.budget.policy == MemoryPolicy.DRAIN_THEN_SWAP and rec.served:
+                    # not zero-downtime: the model stops serving while its old versions drain and unload
+                    log.warning("model '%s' version %d: %s; draining the old version(s) first", name, version, reason)
+                    self.registry.retire(self.registry.commit({name: ()}))
+                    await self.registry.wait_retired()
+                    reason = self.loader.over_budget(path, self.registry.loaded_versions())
+                if reason:
+                    lv = LoadedVersion(model=name, version=version, config=config, scheduler=None,
+                                       state=VersionState.UNAVAILABLE, reason=reason)
+                    log.error("not loading model '%s' version %d: %s", name, version, reason)
+                else:
+                    lv = await self.loader.load(name, config, version, path, location.path, backend,
+                                                 fingerprint)
             lv.fingerprint = fingerprint
             plan.new.append(lv)
             if lv.state == VersionState.UNAVAILABLE:
@@ -323,22 +414,31 @@ class ModelManager:
             if plan.ensemble is not None:
                 plan.record.ensemble = plan.ensemble
             for lv in plan.new:
-                if lv.version in plan.served and not plan.reverted:
+                kept = plan.record.versions.get(lv.version)
+                if lv.state == VersionState.UNAVAILABLE:
+                    if lv.version in plan.served and kept is not None and kept is not lv:
+                        # A new copy of a served version number failed (files changed in place, a bad
+                        # override): as for a new number, the loaded copy keeps serving; say why it was kept.
+                        kept.reason = f"a new copy of this version failed to load; the loaded copy keeps serving: {lv.reason}"
+                    else:
+                        plan.record.versions[lv.version] = lv  # keep the failure visible
+                elif lv.version in plan.served and not plan.reverted:
                     plan.record.versions[lv.version] = lv
-                elif lv.state == VersionState.UNAVAILABLE:
-                    # keep the failure visible unless a good version of that number is loaded
-                    if lv.version not in plan.served:
-                        plan.record.versions[lv.version] = lv
                 else:
                     rejected.append(lv)
         dropped = self.registry.commit({plan.record.name: plan.served for plan in plans})
         self.registry.retire(dropped + rejected)
 
     async def unload(self, name: str) -> None:
-        async with self._lock:
+        rec = self.registry.records.get(name)
+        if rec is None or not rec.versions:  # checked before locking: unknown names leave no lock behind
+            raise not_found(f"failed to unload {quote_name(name)}: model is not loaded")
+        async with self._locks.hold([name]):
             rec = self.registry.records.get(name)
             if rec is None or not rec.versions:
-                raise not_found(f"failed to unload '{name}': model is not loaded")
+                raise not_found(f"failed to unload {quote_name(name)}: model is not loaded")
+            if self.explicit:
+                self.requested.discard(name)
             rec.explicitly_unloaded = True
             dropped = self.registry.commit({name: ()})
             dropped.extend(lv for lv in rec.versions.values() if lv.scheduler is None and lv not in dropped)

@@ -81,14 +81,16 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     roots = [Path(r) for r in settings.model_repositories if "://" not in r] + storage.roots
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
     loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
-                           device_free=make_device_free(os.environ), journal=build_journal(settings))
+                           device_free=make_device_free(os.environ), journal=build_journal(settings),
+                           timeout_secs=settings.model_load_timeout_secs, max_instances=settings.max_instances_per_model)
 
     async def sync_before_load(names: Collection[str]) -> None:
         await storage.sync(names, settle=True)
 
     manager = ModelManager(roots=roots, registry=registry, loader=loader, configs=ConfigFiles(settings.max_config_bytes),
                            before_load=sync_before_load if storage.sources else None,
-                           uploading=storage.awaited_versions if storage.sources else None)
+                           uploading=storage.awaited_versions if storage.sources else None,
+                           declared=storage.declared_models, explicit=settings.control_mode == ControlMode.EXPLICIT)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
                           storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
@@ -106,6 +108,7 @@ class Server:
 
     async def start(self) -> None:
         s = self.settings
+        self.dataplane.started = False  # not ready before the initial load has finished
         if s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes,
                                            s.grpc_restrictions())
@@ -122,9 +125,11 @@ class Server:
         log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
         await self.health.update(False)
-        await self._initial_load()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._health_loop()))
+        await self._initial_load()
+        self.dataplane.started = True
+        log.info("initial load done; server ready: %s", self.dataplane.ready())
         if s.control_mode == ControlMode.POLL:
             self._tasks.append(loop.create_task(self._poll_loop()))
 
@@ -140,8 +145,10 @@ class Server:
         available = sorted(await manager.refresh_configs())
         if self.settings.control_mode == ControlMode.EXPLICIT:
             wanted = available if "*" in self.settings.load_models else self.settings.load_models
+            manager.requested = set(wanted)
         else:
             wanted = available
+            manager.want_repository()
         if not wanted:
             return
         try:
@@ -164,6 +171,7 @@ class Server:
                     await manager.unload(name)
                 await manager.refresh_configs()  # parses changed config.pbtxt files off the loop
                 changed = manager.changed_models()
+                manager.want_repository()
                 if changed:
                     log.info("repository poll: changes in %s", ", ".join(changed))
                     await manager.load(changed, fetch=False)
@@ -184,6 +192,7 @@ class Server:
             log.warning("exit timeout reached with %d requests in flight", dp.in_flight)
         for task in self._tasks:
             task.cancel()
+        dp.manager.abandon_loads()  # a load hanging in model code must not hold the exit
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -203,9 +212,17 @@ async def serve(settings: RuntimeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
-    log.info("server ready: %s", server.dataplane.ready())
-    await stop.wait()
+    # SIGTERM during the initial load (a model's initialize may hang) stops the server as promptly as later
+    starting = loop.create_task(server.start())
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+    else:
+        starting.result()
+        await stopping
     log.info("signal received: draining")
     await server.drain_and_stop()
     log.info("stopped")

@@ -49,6 +49,8 @@ class RuntimeSettings(BaseModel):
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     repository_settle_secs: float = 1.0
+    model_load_timeout_secs: float = 600.0
+    max_instances_per_model: int = 64
     grpc_restricted_protocol: list[str] = Field(default_factory=list)  # validated by parse_settings
     http_restricted_api: list[str] = Field(default_factory=list)
 
@@ -124,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                         + ") answer only with metadata triton-grpc-protocol-KEY=VALUE (repeatable)")
     p.add_argument("--http-restricted-api", action="append", default=[], metavar="CATEGORIES:KEY=VALUE",
                    help="HTTP APIs in these categories answer only with header KEY: VALUE (repeatable)")
+    p.add_argument("--model-load-timeout-secs", type=float, default=600.0,
+                   help="a model version not loaded and warmed up within this time fails (UNAVAILABLE, the old "
+                        "version keeps serving) and its load is abandoned; 0: no limit (Triton has none)")
+    p.add_argument("--max-instances-per-model", type=int, default=64,
+                   help="a model version whose instance groups ask for more instances (threads, sessions) than "
+                        "this is refused; 0: no limit")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p

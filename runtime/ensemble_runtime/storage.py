@@ -89,6 +89,17 @@ class Storage:
             out.update(status.errors)
         return out
 
+    def declared_models(self) -> set[str] | None:
+        """The models a repository config file names (readiness waits for them); None while a config file
+        has never been read, so nothing can say what it asks for."""
+        declared: set[str] = set()
+        for source in self.sources:
+            names: frozenset[str] | None = getattr(source, "declared", frozenset())
+            if names is None:
+                return None
+            declared |= names
+        return declared
+
     def config_digest(self) -> str | None:
         """SHA-256 of the repository config file (the operator's repository.json) as last read, if any."""
         return next((source.config_digest for source in self.sources if source.config_digest), None)

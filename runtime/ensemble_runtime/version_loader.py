@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller
+from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, instance_count
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
@@ -42,6 +42,14 @@ class VersionLoader:
             return {}
         found = {v: version_fingerprint(config, path) for v, path in versions.items()}
         return {v: fp for v, fp in found.items() if self.journal.died(name, v, fp)}
+    timeout_secs: float = 0.0  # a load (backend load and warm-up) taking longer fails; 0: no limit
+    max_instances: int = 0  # most instances one version may ask for; 0: no limit
+    _abandoned: set[asyncio.Task[None]] = field(default_factory=set)  # schedulers of timed-out loads, closing
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether loads must fit a memory budget (then they are checked one at a time)."""
+        return bool(self.budget.budget_bytes) or (self.device_free is not None and self.device_free() is not None)
 
     def over_budget(self, path: Path, loaded: Iterable[LoadedVersion]) -> str:
         """'' when a version at `path` fits next to what is loaded, else the reason it does not."""
@@ -74,15 +82,25 @@ class VersionLoader:
         lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
         lv.memory_bytes = self.budget.estimate(path)
         scheduler: Scheduler | None = None
+        deadline = asyncio.timeout(self.timeout_secs if self.timeout_secs > 0 else None)
         try:
             prepared = backend.prepare_config(config, path)
             lv.config = prepared
-            instances = await backend.load(
-                LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
+            self._check_instances(name, prepared)
+            async with deadline:
+                instances = await backend.load(
+                    LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
+                )
+                scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
+                scheduler.start()
+                await self._warm_up(name, version, prepared, path, scheduler)
+        except TimeoutError as exc:
+            lv.state = VersionState.UNAVAILABLE
+            lv.reason = (
+                f"load timed out: not loaded and warmed up within {self.timeout_secs:g} s "
+                "(--model-load-timeout-secs); the load was abandoned"
+                if deadline.expired() else f"{type(exc).__name__}: {exc}"
             )
-            scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
-            scheduler.start()
-            await self._warm_up(name, version, prepared, path, scheduler)
         except (ConfigError, InferenceError) as exc:
             lv.state, lv.reason = VersionState.UNAVAILABLE, str(exc)
         except Exception as exc:  # user code (a Python model's initialize) can raise anything
@@ -95,10 +113,23 @@ class VersionLoader:
             lv.scheduler = scheduler
             log.info("loaded model '%s' version %d", name, version)
             return lv
-        if scheduler is not None:
+        if scheduler is not None and deadline.expired():
+            # its warm-up may still hang in a backend thread: close it in the background, never wait for it
+            task = asyncio.get_running_loop().create_task(scheduler.close())
+            self._abandoned.add(task)
+            task.add_done_callback(self._abandoned.discard)
+        elif scheduler is not None:
             await scheduler.close()
         log.error("failed to load model '%s' version %d: %s", name, version, lv.reason)
         return lv
+
+    def _check_instances(self, name: str, config: mc.ModelConfig) -> None:
+        count = instance_count(config)
+        if self.max_instances > 0 and count > self.max_instances:
+            raise ConfigError(
+                f"model '{name}': instance_group asks for {count} instances, more than this runtime allows per "
+                f"model ({self.max_instances}, --max-instances-per-model)"
+            )
 
     async def _warm_up(self, name: str, version: int, config: mc.ModelConfig, path: Path, scheduler: Scheduler) -> None:
         requests = warmup_requests(config, path)

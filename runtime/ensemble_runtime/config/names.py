@@ -7,6 +7,8 @@ an unknown name gets, so no request can learn whether some other file exists.
 
 from __future__ import annotations
 
+from ensemble_runtime.errors import quote_name
+
 MAX_NAME_BYTES = 255  # a directory name on common filesystems
 
 
@@ -21,8 +23,8 @@ def valid_model_name(name: str) -> bool:
 
 def not_in_repository(name: str) -> str:
     """The reason a load of an unknown (or impossible) model name fails."""
-    return f"model '{name}' is not in any model repository"
+    return f"model {quote_name(name)} is not in any model repository"
 
 
 def load_failed(name: str, reason: str) -> str:
-    return f"failed to load '{name}': {reason}"
+    return f"failed to load {quote_name(name)}: {reason}"

@@ -133,11 +133,31 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 yield pb.ModelStreamInferResponse(error_message=bounded(str(internal(f"{type(exc).__name__}: {exc}"))))
 
 
+class _ProbedHealthServicer(HealthServicer):  # type: ignore[misc]
+    """`Check` for the server and the inference service asks the data plane now (what /v2/health/ready
+    answers), so the two never disagree; `Watch` follows the periodic updates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probe: Callable[[], bool] | None = None
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> object:
+        if self.probe is not None and request.service in ("", SERVICE):
+            ready = self.probe()
+            return health_pb2.HealthCheckResponse(
+                status=health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+        return await super().Check(request, context)
+
+
 class Health:
     """The standard grpc.health.v1 service; SERVING overall and for the inference service iff the server is ready."""
 
     def __init__(self) -> None:
-        self.servicer = HealthServicer()
+        self.servicer = _ProbedHealthServicer()
+
+    def follow(self, ready: Callable[[], bool]) -> None:
+        self.servicer.probe = ready
 
     async def update(self, ready: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -158,5 +178,6 @@ def build_grpc_server(
         ]
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    health.follow(dataplane.ready)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     return server

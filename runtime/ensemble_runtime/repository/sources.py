@@ -171,6 +171,7 @@ class S3Source:
         self._storage: S3Storage | None = None
         self._previous: dict[str, ModelListing] | None = None  # the last successful listing, per model
         self.config_digest: str | None = None  # no repository config file here
+        self.declared: frozenset[str] | None = frozenset()  # no file names models: the bucket's are what it has
 
     def _storage_now(self) -> S3Storage:
         if self._storage is None:
@@ -262,6 +263,7 @@ class RepositoryConfigSource:
         self._local: dict[str, ModelListing] = {}  # the last listing of each local-directory model
         self._prepared = False
         self.config_digest: str | None = None  # SHA-256 (hex) of the file as last read and parsed
+        self.declared: frozenset[str] | None = None  # the models the file names, as last read (None: never)
 
     def found_versions(self) -> dict[str, list[int]]:
         return {**versions_of(self._previous), **versions_of(self._local)}
@@ -321,6 +323,7 @@ class RepositoryConfigSource:
             await asyncio.to_thread(self._cache.prepare)
             self._prepared = True
         declared = spec.names()
+        self.declared = frozenset(declared)
         scope = (declared | self._cache.models()) if models is None else set(models)
         listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
         previous = dict(self._previous)

@@ -17,6 +17,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(repository: Path) -> Iterator[RuntimeProcess]:
     with RuntimeProcess([repository], ["--strict-readiness=false"]) as proc:
+        proc.wait_ready()  # the initial load has finished (broken models do not hold it back)
         proc.wait_model_ready("add_sub")
         proc.wait_model_ready("py_add_sub")
         yield proc

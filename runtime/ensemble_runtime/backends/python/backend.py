@@ -95,13 +95,18 @@ class PythonBackend:
             raise ConfigError(
                 f"model '{config.name}': creating {MODEL_CLASS} from {path} failed: {type(exc).__name__}: {exc}"
             ) from None
-        results = await asyncio.gather(
-            *(
-                instance.initialize(_initialize_args(config, context, config_json, slot))
-                for instance, slot in zip(instances, slots, strict=True)
-            ),
-            return_exceptions=True,
-        )
+        try:
+            results = await asyncio.gather(
+                *(
+                    instance.initialize(_initialize_args(config, context, config_json, slot))
+                    for instance, slot in zip(instances, slots, strict=True)
+                ),
+                return_exceptions=True,
+            )
+        except asyncio.CancelledError:  # the load timed out or the server stops: a hung initialize is left
+            for instance in instances:  # behind on its (daemon) thread, which ends if initialize ever returns
+                instance.discard()
+            raise
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             for instance, result in zip(instances, results, strict=True):
