@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
 from ensemble_runtime.config import onnx_autocomplete, paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
-from ensemble_runtime.errors import internal
+from ensemble_runtime.errors import InferenceError, internal, invalid, quote_name
 from ensemble_runtime.gpu.devices import GpuInventory
 from ensemble_runtime.gpu.nvml import detect_gpus
 from ensemble_runtime.gpu.placement import place_instances
@@ -57,6 +57,14 @@ class OnnxInstance:
         self._typical_s = 1.0  # moving average of execution time; starts high: the pool until measured
 
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        refused = {i: err for i, r in enumerate(requests) if (err := _not_utf8(r.inputs)) is not None}
+        if refused:  # only those requests fail; the others of the batch run
+            good = [r for i, r in enumerate(requests) if i not in refused]
+            results = iter(await self._execute(good) if good else [])
+            return [refused[i] if i in refused else next(results) for i in range(len(requests))]
+        return await self._execute(requests)
+
+    async def _execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if len(requests) == 1 or not self._batched:
             results: list[BackendResult] = []
             for request in requests:
@@ -128,6 +136,24 @@ def _on_pool(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, fn: Call
 
     pool.submit(run)  # a closed loop raises in `run`: kept on the pool's future, nobody waits any more
     return future
+
+
+def _not_utf8(inputs: Mapping[str, Tensor]) -> InferenceError | None:
+    """ONNX Runtime's Python API carries STRING tensors as str (it turns bytes objects into their repr), so
+    BYTES elements must be UTF-8 text; anything else is the client's error, named, not an INTERNAL one."""
+    for name, array in inputs.items():
+        if array.dtype != np.object_:
+            continue
+        for index, value in enumerate(array.reshape(-1)):
+            if isinstance(value, bytes):
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return invalid(
+                        f"input {quote_name(name)} element {index} is not UTF-8 text ({exc.reason} at byte "
+                        f"{exc.start}): ONNX Runtime string tensors hold UTF-8 text"
+                    )
+    return None
 
 
 def _to_ort(array: Tensor) -> Tensor:

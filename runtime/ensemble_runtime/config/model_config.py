@@ -118,6 +118,10 @@ def check_config(config: mc.ModelConfig, directory_name: str) -> None:
             seen.add(tensor.name)
             if tensor.data_type == mc.TYPE_INVALID:
                 raise ConfigError(f"model '{config.name}': {kind} '{tensor.name}' has no data_type")
+            if tensor.data_type not in mc.DataType.values():  # text format takes any number for an enum
+                raise ConfigError(
+                    f"model '{config.name}': {kind} '{tensor.name}' has unknown data_type {tensor.data_type}"
+                )
             for dim in tensor.dims:
                 if dim < -1 or dim == 0:
                     raise ConfigError(
