@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, internal
 from ensemble_runtime.protocol import grpc_codec
+from ensemble_runtime.protocol.decode_guard import DecodeGuard
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.restrictions import Restrictions
@@ -170,7 +171,8 @@ def build_grpc_server(
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
     server = grpc.aio.server(
-        interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],
+        interceptors=[DecodeGuard()]
+        + ([RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else []),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),

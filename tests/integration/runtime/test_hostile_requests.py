@@ -403,3 +403,21 @@ def test_version_is_plain_decimal_digits(server: RuntimeProcess, version: str) -
     assert "failed to get model version from specified version string" in error_of(answer)
     with server.grpc_client() as client:
         assert client.get_model_metadata("add_sub", "1").name == "add_sub"
+
+
+def test_bytes_that_are_no_protobuf_message_are_invalid_argument(server: RuntimeProcess) -> None:
+    """A unary call and a stream frame that do not decode: INVALID_ARGUMENT with a message (was UNKNOWN
+    "Unexpected DecodeError" and a traceback in the log per request); the server keeps serving."""
+    garbage = b"\xff\xff\xff"
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        unary = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as refused:
+            unary(garbage, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "ModelInfer request is not a valid protobuf message" in (refused.value.details() or "")
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as ended:
+            list(stream(iter([garbage]), timeout=30))
+        assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "DecodeError" not in server.log_path.read_text()
+    still_serving(server)
