@@ -67,7 +67,7 @@ def test_grpc_finding(channel: grpc.Channel, case: str) -> None:
 
 @given(data=st.binary(min_size=1, max_size=512))
 def test_unparseable_messages_are_invalid_argument(channel: grpc.Channel, memory: MemoryWatch, data: bytes) -> None:
-    """Today: UNKNOWN "Unexpected <class 'DecodeError'>" and an ERROR traceback in the log per request."""
+    """Was (fixed in issue 10): UNKNOWN "Unexpected <class 'DecodeError'>" and an ERROR traceback in the log per request."""
     try:
         pb.ModelInferRequest.FromString(data)
         return  # parseable: covered by test_grpc_infer
@@ -108,7 +108,7 @@ NOT_UTF8 = {"not_utf8": b'platform: "onnxruntime_onnx" name: "\xff\xfe"'}
 
 
 def test_non_utf8_config_leaves_only_that_model_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Today: UnicodeDecodeError out of model_manager._peek_config ends the server at startup (rc 1)."""
+    """Was (fixed in issue 10): UnicodeDecodeError out of model_manager._peek_config ends the server at startup (rc 1)."""
     root = bad_configs.build(tmp_path_factory.mktemp("not-utf8"), NOT_UTF8)
     server = RuntimeProcess([root], ["--strict-readiness=false"])
     try:  # not `with`: a start that fails would leave the log file open (and a ResourceWarning in a later test)
@@ -124,7 +124,7 @@ UNKNOWN_ENUM = 'name: "m" backend: "python" input [ { name: "x" data_type: 99 di
 
 
 def test_unknown_data_type_number_is_a_config_error() -> None:
-    """Today: parse and check_config accept `data_type: 99`; ModelSignature.from_config then raises ValueError."""
+    """Was (fixed in issue 10): parse and check_config accept `data_type: 99`; ModelSignature.from_config then raises ValueError."""
     try:
         config = mcfg.apply_defaults(mcfg.parse_config_text(UNKNOWN_ENUM), "m")
         mcfg.check_config(config, "m")

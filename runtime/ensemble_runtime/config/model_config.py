@@ -36,6 +36,8 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> mc.ModelConfig
         raise ConfigError(f"{source}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply") from None
+    except ValueError as exc:  # a value the field cannot hold (e.g. an enum number past 32 bits)
+        raise ConfigError(f"{source}: {exc}") from None
     return config
 
 

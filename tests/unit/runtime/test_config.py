@@ -43,6 +43,7 @@ def test_default_model_filename_honoured() -> None:
         ('name: "other" backend: "python"', "does not match its directory 'm'"),
         ('backend: "python" input [{ name: "x" dims: [1] }]', "input 'x' has no data_type"),
         ('backend: "python" input [{ name: "x" data_type: TYPE_FP32 dims: [0] }]', "invalid dimension 0"),
+        ('backend: "python" input [{ name: "x" data_type: 99 dims: [1] }]', "input 'x' has unknown data_type 99"),
         (
             'backend: "python" input [{ name: "x" data_type: TYPE_FP32 dims: [1] }, '
             '{ name: "x" data_type: TYPE_FP32 dims: [1] }]',
@@ -62,6 +63,12 @@ def test_check_config_refuses(text: str, message: str) -> None:
 def test_parse_error_names_file() -> None:
     with pytest.raises(ConfigError, match=r"config\.pbtxt.*max_batch_sizes"):
         parse_config_text("max_batch_sizes: 3", "m/config.pbtxt")
+
+
+def test_a_value_the_field_cannot_hold_is_a_config_error() -> None:
+    """protobuf's text parser raises a bare ValueError for an enum number past 32 bits (found by fuzz_config)."""
+    with pytest.raises(ConfigError, match=r"m/config\.pbtxt: Value out of range"):
+        parse_config_text('input [{ name: "x" data_type: 666666666666666666666666666616 }]', "m/config.pbtxt")
 
 
 def test_override_accepts_json() -> None:
