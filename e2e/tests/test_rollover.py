@@ -13,6 +13,7 @@ values that do not match the versions it reports).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -155,10 +156,17 @@ class Rollover:
     def config_digests(self) -> dict[str, str | None]:
         """Each ready endpoint's `config_digest` (GET /v2/repository/status): the repository.json it applied."""
         out: dict[str, str | None] = {}
+        headers = {"x-ensemble-control": self.control_token()}  # the pods restrict the repository API to it
         for ip in self.endpoints():
-            with urllib.request.urlopen(f"http://{ip}:8000/v2/repository/status", timeout=5) as response:
+            request = urllib.request.Request(f"http://{ip}:8000/v2/repository/status", headers=headers)
+            with urllib.request.urlopen(request, timeout=5) as response:
                 out[ip] = json.loads(response.read()).get("config_digest")
         return out
+
+    def control_token(self) -> str:
+        """The Ensemble's control token, from the Secret the operator wrote for its pods (read as admin)."""
+        secret = self.stack.cp.api("GET", f"/api/v1/namespaces/{self.ns}/secrets/{NAME}-control")
+        return base64.b64decode(secret["data"]["token"]).decode()
 
     def config_map_digest(self) -> str:
         path = f"/api/v1/namespaces/{self.ns}/configmaps/{NAME}-repository"
