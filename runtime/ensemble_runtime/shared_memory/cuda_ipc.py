@@ -108,7 +108,7 @@ class CudaIpcOpener:
             log.error("failed to open CUDA IPC handle: %s", exc)
             raise invalid("failed to register shared memory region: invalid args") from None
         mapping = CudaIpcMapping(cuda, ptr, byte_size, device_id)
-        status, _base, size = driver.cuMemGetAddressRange(ptr)
+        status, _base, size = driver.cuMemGetAddressRange(driver.CUdeviceptr(ptr))
         if int(status) != 0 or byte_size > int(size):
             mapping.close()
             raise invalid(f"failed to register shared memory region {quote_name(name)}: invalid args")
