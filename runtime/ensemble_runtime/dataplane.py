@@ -16,13 +16,18 @@ from ensemble_runtime.errors import InferenceError, internal, invalid, not_found
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.shared_memory import SharedMemoryRegistry
+from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
 # Triton's answer (UNAVAILABLE) to load/unload in control modes none and poll
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
-EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data")
+EXTENSIONS = (
+    "model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data",
+    "system_shared_memory", "cuda_shared_memory",
+)
 
 
 @dataclass
@@ -37,6 +42,8 @@ class DataPlane:
     accepting: bool = True
     started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
+    # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
+    shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
 
     # ---- health -------------------------------------------------------------------------------
     def live(self) -> bool:

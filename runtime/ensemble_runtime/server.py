@@ -204,6 +204,7 @@ class Server:
             for lv in list(rec.versions.values()):
                 if lv.scheduler is not None:
                     await lv.scheduler.close()
+        dp.shared_memory.close()  # unmap every registered region
 
 
 async def serve(settings: RuntimeSettings) -> None:

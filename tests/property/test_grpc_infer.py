@@ -100,10 +100,16 @@ def _edge_request(kind: str) -> tuple[bytes, str]:
     if kind == "duplicate requested output":
         request.outputs.add(name="OUTPUT0")
         request.outputs.add(name="OUTPUT0")
-    elif kind == "shared memory on an input":
+    elif kind == "unregistered shared memory on an input":  # since issue 11: NOT_FOUND, nothing read
         request.inputs[0].parameters["shared_memory_region"].string_param = "region"
-    elif kind == "shared memory on an output":
-        request.outputs.add(name="OUTPUT0").parameters["shared_memory_region"].string_param = "region"
+        request.inputs[0].parameters["shared_memory_byte_size"].int64_param = 64
+        if request.raw_input_contents:
+            del request.raw_input_contents[0]
+        request.inputs[0].ClearField("contents")
+    elif kind == "unregistered shared memory on an output":
+        output = request.outputs.add(name="OUTPUT0")
+        output.parameters["shared_memory_region"].string_param = "region"
+        output.parameters["shared_memory_byte_size"].int64_param = 64
     elif kind in ("version ' 1'", "version '+1'"):
         request.model_version = kind.split("'")[1]
     elif kind == "10k-character model name":
@@ -111,7 +117,8 @@ def _edge_request(kind: str) -> tuple[bytes, str]:
     return request.SerializeToString(), request.model_name
 
 
-EDGES = ["duplicate requested output", "shared memory on an input", "shared memory on an output",
+EDGES = ["duplicate requested output", "unregistered shared memory on an input",
+         "unregistered shared memory on an output",
          "version ' 1'", "version '+1'", "10k-character model name"]
 
 

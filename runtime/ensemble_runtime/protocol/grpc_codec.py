@@ -18,6 +18,14 @@ from ensemble_runtime.dtypes import (
 )
 from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
+from ensemble_runtime.shared_memory import (
+    SharedMemoryRegistry,
+    ShmRef,
+    check_output,
+    parse_ref,
+    read_input,
+    write_output,
+)
 from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
 
@@ -91,29 +99,49 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
     return np.asarray(values, dtype=wire_to_numpy(tensor.datatype)).reshape(shape)
 
 
-def _no_shared_memory(kind: str, name: str, parameters: Any) -> None:
-    if any(key.startswith("shared_memory_") for key in parameters):
+def _shm_ref(kind: str, name: str, parameters: Any, shm: SharedMemoryRegistry | None) -> ShmRef | None:
+    """The shared memory a tensor's `shared_memory_*` parameters name (None: none); refused without a registry."""
+    params = {key: _param(value) for key, value in parameters.items() if key.startswith("shared_memory_")}
+    if not params:
+        return None
+    if shm is None:
         raise invalid(f"{kind} {quote_name(name)}: shared memory is not supported by this runtime")
+    return parse_ref(name, params)
 
 
-def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, str]]:
-    """ModelInferRequest -> (InferRequest, datatype each input declared)."""
+def decode_request(
+    request: pb.ModelInferRequest, shm: SharedMemoryRegistry | None = None
+) -> tuple[InferRequest, dict[str, str]]:
+    """ModelInferRequest -> (InferRequest, datatype each input declared). Inputs in shared memory are read from
+    `shm` (raw contents then belong, in order, to the other inputs); outputs sent there are checked up front."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise invalid(
-            f"expected {len(request.inputs)} raw input contents (one per input) but got {len(raw)}"
-        )
+    refs = [_shm_ref("input", tensor.name, tensor.parameters, shm) for tensor in request.inputs]
+    plain = sum(1 for ref in refs if ref is None)
+    if raw and len(raw) != plain:
+        raise invalid(f"expected {plain} raw input contents (one per input) but got {len(raw)}")
     inputs: dict[str, Tensor] = {}
     declared: dict[str, str] = {}
-    for index, tensor in enumerate(request.inputs):
+    raw_index = 0
+    for tensor, ref in zip(request.inputs, refs, strict=True):
         if tensor.name in inputs:
             raise invalid(f"input {quote_name(tensor.name)} is given more than once")
         if tensor.datatype not in _TYPED_FIELDS and tensor.datatype not in ("FP16", "BF16"):
             raise invalid(f"input {quote_name(tensor.name)} has unknown datatype {quote_name(tensor.datatype)}")
         if tensor.datatype == "BF16":
             raise invalid(f"input {quote_name(tensor.name)}: datatype BF16 is not supported by this runtime")
-        _no_shared_memory("input", tensor.name, tensor.parameters)
-        inputs[tensor.name] = _from_raw(tensor, raw[index]) if raw else _from_typed(tensor)
+        if ref is not None and shm is not None:
+            if tensor.HasField("contents"):
+                raise invalid(
+                    f"unexpected 'content' provided when using shared memory for input tensor {quote_name(tensor.name)} "
+                    f"for model {quote_name(request.model_name)}"
+                )
+            shape = tuple(int(d) for d in tensor.shape)
+            inputs[tensor.name] = read_input(shm, ref, tensor.name, tensor.datatype, shape, request.model_name)
+        elif raw:
+            inputs[tensor.name] = _from_raw(tensor, raw[raw_index])
+            raw_index += 1
+        else:
+            inputs[tensor.name] = _from_typed(tensor)
         declared[tensor.name] = tensor.datatype
     outputs: list[str] = []
     output_params: dict[str, dict[str, ParamValue]] = {}
@@ -122,7 +150,9 @@ def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[st
             raise invalid(f"output {quote_name(output.name)} is requested more than once")
         if "classification" in output.parameters:
             raise invalid(f"output {quote_name(output.name)}: the classification extension is not supported")
-        _no_shared_memory("output", output.name, output.parameters)
+        out_ref = _shm_ref("output", output.name, output.parameters, shm)
+        if out_ref is not None and shm is not None:
+            check_output(shm, out_ref)
         outputs.append(output.name)
         output_params[output.name] = {k: _param(v) for k, v in output.parameters.items()}
     return (
@@ -139,7 +169,10 @@ def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[st
     )
 
 
-def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+def encode_response(
+    response: InferResponse, shm: SharedMemoryRegistry | None = None, shm_outputs: dict[str, ShmRef] | None = None
+) -> pb.ModelInferResponse:
+    """The response; outputs in `shm_outputs` are written to their regions and sent with empty contents (Triton)."""
     out = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
     for key, value in response.parameters.items():
         _set_param(out.parameters[key], value)
@@ -147,6 +180,11 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
     for name, array in response.outputs.items():
         wire = numpy_to_wire(array.dtype)
         out.outputs.add(name=name, datatype=wire, shape=array.shape)
+        ref = (shm_outputs or {}).get(name)
+        if ref is not None and shm is not None:
+            write_output(shm, ref, name, array)
+            raw.append(b"")
+            continue
         raw.append(serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes())
     return out
 

@@ -16,10 +16,12 @@ from tritonclient.grpc import service_pb2_grpc
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, internal
 from ensemble_runtime.protocol import grpc_codec
+from ensemble_runtime.protocol import shared_memory_api as shm_api
 from ensemble_runtime.protocol.decode_guard import DecodeGuard
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.restrictions import Restrictions
+from ensemble_runtime.shared_memory import output_refs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,10 +118,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         """Decode (in a thread when large), run, encode (in a thread when large)."""
-        decoded, declared = await sized(request.ByteSize(), grpc_codec.decode_request, request)
+        shm = self._dp.shared_memory
+        decoded, declared = await sized(request.ByteSize(), grpc_codec.decode_request, request, shm)
         response = await self._dp.infer(decoded, declared)
         size = sum(int(array.nbytes) for array in response.outputs.values())
-        return await sized(size, grpc_codec.encode_response, response)
+        return await sized(size, grpc_codec.encode_response, response, shm, output_refs(decoded.output_parameters))
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         return await _guard(context, lambda: self._infer(request))
@@ -132,6 +135,35 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 yield pb.ModelStreamInferResponse(error_message=bounded(exc.message))
             except Exception as exc:
                 yield pb.ModelStreamInferResponse(error_message=bounded(str(internal(f"{type(exc).__name__}: {exc}"))))
+
+
+    # ---- shared memory (protocol/shared_memory_api.py) ------------------------------------------------------
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_system_status, self._dp.shared_memory, request))
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_system_register, self._dp.shared_memory, request))
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_system_unregister, self._dp.shared_memory, request))
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_cuda_status, self._dp.shared_memory, request))
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_cuda_register, self._dp.shared_memory, request))
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await _guard(context, _now(shm_api.grpc_cuda_unregister, self._dp.shared_memory, request))
+
+
+def _now(call: Callable[..., T], *args: Any) -> Callable[[], Awaitable[T]]:
+    """`call(*args)` as the coroutine factory `_guard` takes."""
+
+    async def run() -> T:
+        return call(*args)
+
+    return run
 
 
 class _ProbedHealthServicer(HealthServicer):  # type: ignore[misc]

@@ -22,6 +22,15 @@ from ensemble_runtime import dtypes
 from ensemble_runtime.errors import NAME_LIMIT, ErrorCode, InferenceError, bounded, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.model_manager import IndexEntry
+from ensemble_runtime.shared_memory import (
+    SharedMemoryRegistry,
+    ShmRef,
+    check_output,
+    output_refs,
+    parse_ref,
+    read_input,
+    write_output,
+)
 from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
 
@@ -191,7 +200,18 @@ def _header_length(value: str | None, body_length: int) -> int:
     return length
 
 
-def _input_tensor(item: object, index: int, binary: memoryview, offset: int) -> tuple[str, str, Tensor, int]:
+def _shm_ref(kind: str, name: str, params: dict[str, ParamValue], shm: SharedMemoryRegistry | None) -> ShmRef | None:
+    """The shared memory a tensor's `shared_memory_*` parameters name (None: none); refused without a registry."""
+    if not any(key.startswith("shared_memory_") for key in params):
+        return None
+    if shm is None:
+        raise invalid(f"{kind} {quote_name(name)}: shared memory is not supported by this runtime")
+    return parse_ref(name, params)
+
+
+def _input_tensor(
+    item: object, index: int, binary: memoryview, offset: int, shm: SharedMemoryRegistry | None = None, model: str = ""
+) -> tuple[str, str, Tensor, int]:
     """One entry of `inputs` -> (name, datatype, array, bytes of binary data it used)."""
     if not isinstance(item, dict):
         raise invalid(f"inputs[{index}] must be a JSON object")
@@ -203,8 +223,11 @@ def _input_tensor(item: object, index: int, binary: memoryview, offset: int) -> 
         raise invalid(f"input {quote_name(name)} has unknown or unsupported datatype {quote_name(str(wire))}")
     shape = _shape(name, item.get("shape"))
     params = _parameters(item.get("parameters"), f"input {quote_name(name)}")
-    if any(key.startswith("shared_memory_") for key in params):
-        raise invalid(f"input {quote_name(name)}: shared memory is not supported by this runtime")
+    ref = _shm_ref("input", name, params, shm)
+    if ref is not None and shm is not None:
+        if "data" in item or "binary_data_size" in params:
+            raise invalid(f"input {quote_name(name)} has data in the request and in shared memory; give one")
+        return name, wire, read_input(shm, ref, name, wire, shape, model), 0
     size = params.get("binary_data_size")
     if size is None:
         if "data" not in item:
@@ -222,8 +245,8 @@ def _input_tensor(item: object, index: int, binary: memoryview, offset: int) -> 
     return name, wire, tensor_from_binary(name, wire, shape, binary[offset : offset + size]), size
 
 
-def _outputs(raw: object) -> dict[str, dict[str, ParamValue]]:
-    """The requested outputs, in order, with their parameters."""
+def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, dict[str, ParamValue]]:
+    """The requested outputs, in order, with their parameters (those sent to shared memory checked up front)."""
     if not isinstance(raw, list | None):
         raise invalid("'outputs' must be a JSON array")
     requested: dict[str, dict[str, ParamValue]] = {}
@@ -236,15 +259,17 @@ def _outputs(raw: object) -> dict[str, dict[str, ParamValue]]:
         params = requested[name] = _parameters(item.get("parameters"), f"output {quote_name(name)}")
         if "classification" in params:
             raise invalid(f"output {quote_name(name)}: the classification extension is not supported")
-        if any(key.startswith("shared_memory_") for key in params):
-            raise invalid(f"output {quote_name(name)}: shared memory is not supported by this runtime")
+        ref = _shm_ref("output", name, params, shm)
+        if ref is not None and shm is not None:
+            check_output(shm, ref)
         if not isinstance(params.get("binary_data", False), bool):
             raise invalid(f"output {quote_name(name)}: 'binary_data' must be a boolean")
     return requested
 
 
 def decode_infer_request(
-    body: bytes | bytearray, header_length: str | None, model: str, version: str = ""
+    body: bytes | bytearray, header_length: str | None, model: str, version: str = "",
+    shm: SharedMemoryRegistry | None = None,
 ) -> DecodedInfer:
     """An infer request body (JSON header plus binary tensors) -> what the data plane takes."""
     length = _header_length(header_length, len(body))
@@ -265,7 +290,7 @@ def decode_infer_request(
     declared: dict[str, str] = {}
     offset = 0
     for index, item in enumerate(raw_inputs):
-        name, wire, array, used = _input_tensor(item, index, binary, offset)
+        name, wire, array, used = _input_tensor(item, index, binary, offset, shm, model)
         if name in inputs:
             raise invalid(f"input {quote_name(name)} is given more than once")
         inputs[name], declared[name] = array, wire
@@ -275,7 +300,7 @@ def decode_infer_request(
             f"the request body has {len(binary) - offset} bytes of binary data that no input claims "
             f"(inputs declare {offset} of {len(binary)} bytes through 'binary_data_size')"
         )
-    outputs = _outputs(header.get("outputs"))
+    outputs = _outputs(header.get("outputs"), shm)
     request = InferRequest(model, version, inputs, list(outputs), request_id, parameters, outputs)
     return DecodedInfer(request, declared, binary_default)
 
@@ -297,14 +322,20 @@ def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
         ) from None
 
 
-def encode_infer_response(response: InferResponse, decoded: DecodedInfer) -> tuple[bytes, int | None]:
-    """-> (body, JSON header length when binary outputs follow the header, else None)."""
+def encode_infer_response(
+    response: InferResponse, decoded: DecodedInfer, shm: SharedMemoryRegistry | None = None
+) -> tuple[bytes, int | None]:
+    """-> (body, JSON header length when binary outputs follow the header, else None). Outputs requested in
+    shared memory are written there and listed without data, as Triton does."""
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
+    in_shm = output_refs(decoded.request.output_parameters) if shm is not None else {}
     for name, array in response.outputs.items():
         wire = dtypes.numpy_to_wire(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": wire, "shape": [int(d) for d in array.shape]}
-        if decoded.binary(name):
+        if shm is not None and name in in_shm:
+            write_output(shm, in_shm[name], name, array)
+        elif decoded.binary(name):
             raw = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)

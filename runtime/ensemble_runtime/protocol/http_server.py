@@ -14,11 +14,12 @@ from aiohttp.typedefs import Handler, Middleware
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.protocol import http_codec as codec
-from ensemble_runtime.protocol import status_codes
+from ensemble_runtime.protocol import shared_memory_api, status_codes
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
 from ensemble_runtime.restrictions import Category, Restrictions
+from ensemble_runtime.shared_memory import SharedMemoryRegistry
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,12 @@ class _Routes:
         """A body that is all JSON (control requests, and inference without binary tensors)."""
         return await read_body(request, self._json)
 
+    read_json = _json_body
+
+    @property
+    def shared_memory(self) -> SharedMemoryRegistry:
+        return self._dp.shared_memory
+
     # ---- health and metadata ----------------------------------------------------------------------
     async def live(self, request: web.Request) -> web.Response:
         return _status(self._dp.live())
@@ -129,10 +136,11 @@ class _Routes:
             if header_length.strip().isdigit() and int(header_length) > self._json.size:
                 raise too_large(self._json)
             body = await read_body(request, self._body)
-        decoded = await sized(len(body), codec.decode_infer_request, body, header_length, model, version)
+        shm = self._dp.shared_memory
+        decoded = await sized(len(body), codec.decode_infer_request, body, header_length, model, version, shm)
         response = await self._dp.infer(decoded.request, decoded.declared)
         size = sum(int(array.nbytes) for array in response.outputs.values())
-        payload, header_length_out = await sized(size, codec.encode_infer_response, response, decoded)
+        payload, header_length_out = await sized(size, codec.encode_infer_response, response, decoded, shm)
         if header_length_out is None:
             out = web.Response(body=payload, content_type=codec.JSON_CONTENT)
         else:
@@ -194,6 +202,7 @@ def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
         ("GET", "/v2/ensembles/{model}/versions", r.ensemble_versions, Category.MODEL_REPOSITORY),
         ("GET", "/v2/repository/status", r.storage_status, Category.MODEL_REPOSITORY),
     ]
+    routes += shared_memory_api.http_routes(r.shared_memory, r.read_json)
     return routes
 
 
