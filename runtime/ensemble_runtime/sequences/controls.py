@@ -130,7 +130,7 @@ def _corrid_tensor(control: Control, correlation_id: CorrelationId, shape: tuple
     if isinstance(correlation_id, str):
         if not (correlation_id.isascii() and correlation_id.isdigit()):
             raise invalid(
-                f"correlation ID {describe_id(correlation_id)} is a string but the model's CORRID control input "
+                f"correlation ID {quote_name(correlation_id)} is a string but the model's CORRID control input "
                 f"'{control.name}' takes {np.dtype(control.dtype).name}"
             )
         correlation_id = int(correlation_id)
