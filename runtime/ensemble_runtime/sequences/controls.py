@@ -144,7 +144,7 @@ def _corrid_tensor(control: Control, correlation_id: CorrelationId, shape: tuple
 
 
 def has_sequence_batching(config: mc.ModelConfig) -> bool:
-    return config.HasField("sequence_batching")
+    return bool(config.HasField("sequence_batching"))
 
 
 def settings_from_config(config: mc.ModelConfig, model_path: Path | None = None) -> SequenceSettings:

@@ -12,7 +12,6 @@ import shutil
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,7 +114,6 @@ def test_string_correlation_id_reaches_the_model(server: RuntimeProcess) -> None
 
 def test_same_number_as_string_and_integer_are_two_sequences(server: RuntimeProcess) -> None:
     with server.grpc_client() as client:
-        send = calls.sync_send
         client.infer("seq_state", [calls.value_input(grpcclient, 3)], sequence_id=41, sequence_start=True)
         client.infer("seq_state", [calls.value_input(grpcclient, 100)], sequence_id="41", sequence_start=True)
         result = client.infer("seq_state", [calls.value_input(grpcclient, 1)], sequence_id=41, sequence_end=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,9 +56,8 @@ def test_stream_examples_same_answers(servers: dict[str, Any]) -> None:
 
 
 def _error(server: Any, call: Any) -> tuple[str, str]:
-    with server.grpc_client() as client:
-        with pytest.raises(InferenceServerException) as caught:
-            call(client)
+    with server.grpc_client() as client, pytest.raises(InferenceServerException) as caught:
+        call(client)
     return str(caught.value.status()), str(caught.value.message())
 
 

@@ -5,6 +5,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+def _get(request, name):
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+
 class TritonPythonModel:
     def initialize(self, args):
         self.totals = {}
@@ -12,11 +16,8 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            def get(name):
-                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-
-            value, start, end = int(get("INPUT").flat[0]), int(get("START").flat[0]), int(get("END").flat[0])
-            raw = get("CORRID").flat[0]
+            value, start, end = int(_get(request, "INPUT").flat[0]), int(_get(request, "START").flat[0]), int(_get(request, "END").flat[0])
+            raw = _get(request, "CORRID").flat[0]
             corrid = raw.decode() if isinstance(raw, bytes) else str(raw)
             total = value if start else self.totals.get(corrid, 0) + value
             self.totals[corrid] = total
