@@ -4,6 +4,7 @@ UNAVAILABLE + reason."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,13 @@ from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
 from ensemble_runtime.registry import LoadedVersion, Registry, VersionState
 from ensemble_runtime.repository.local import version_fingerprint
-from ensemble_runtime.sequences import SequenceScheduler, has_sequence_batching, settings_from_config
+from ensemble_runtime.sequences import (
+    FLAG_END,
+    FLAG_START,
+    SequenceScheduler,
+    has_sequence_batching,
+    settings_from_config,
+)
 from ensemble_runtime.warmup import warmup_requests
 
 log = logging.getLogger(__name__)
@@ -148,6 +155,11 @@ class VersionLoader:
 
     async def _warm_up(self, name: str, version: int, config: mc.ModelConfig, path: Path, scheduler: Scheduler | SequenceScheduler) -> None:
         requests = warmup_requests(config, path)
+        if isinstance(scheduler, SequenceScheduler):  # each sample is a sequence of one request
+            requests = [
+                dataclasses.replace(r, correlation_id=f"warmup-{i}", flags=FLAG_START | FLAG_END)
+                for i, r in enumerate(requests)
+            ]
         for request in requests:
             try:
                 await scheduler.submit(request)

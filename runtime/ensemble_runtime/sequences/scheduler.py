@@ -29,6 +29,7 @@ from ensemble_runtime.sequences.controls import FLAG_END, FLAG_START, Correlatio
 from ensemble_runtime.stats import ModelStats
 
 REAPED_MEMORY = 1024  # correlation IDs of recently timed-out sequences kept to explain a late request
+MAX_BACKLOG = 4096  # sequences waiting for a free slot; a start beyond it is refused (bounded memory)
 
 
 @dataclass(eq=False, slots=True)
@@ -118,6 +119,11 @@ class SequenceScheduler:
         # the control tensors are built now so a bad correlation ID fails this request only
         controls = self.settings.control_tensors(cid, request.flags)
         if seq is None:
+            if len(self._backlog) >= MAX_BACKLOG and self._free_instance() is None:
+                raise unavailable(
+                    f"model '{self.model}': every sequence slot is taken and {MAX_BACKLOG} sequences already wait "
+                    "for one; retry later"
+                )
             seq = self._begin(cid)
         self._reaped.pop(cid, None)
         item = _Item(

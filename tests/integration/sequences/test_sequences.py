@@ -265,3 +265,17 @@ def test_ensemble_passes_the_sequence_to_its_stateful_step(server: RuntimeProces
         error = failure(lambda: send(g, grpcclient, 1, 0))
         assert "must specify a non-zero or non-empty correlation ID" in error.message()
     still_serves(server)
+
+
+def test_bls_call_carries_the_sequence(server: RuntimeProcess) -> None:
+    """A Python model without sequence batching sees the request's correlation ID and flags and passes them on
+    to a stateful model through BLS (pb_utils.InferenceRequest(correlation_id=..., flags=...))."""
+    with server.grpc_client() as client:
+        assert calls.sync_send(client, grpcclient, "seq_bls", [1, 2, 3], 111) == [1, 3, 6]
+        assert calls.sync_send(client, grpcclient, "seq_bls", [5], "bls-string-id") == [5]
+
+
+def test_warmup_runs_on_a_sequence_model(server: RuntimeProcess) -> None:
+    """seq_state has a model_warmup sample: each sample runs as a sequence of one request, so the model loads."""
+    with server.grpc_client() as client:
+        assert client.is_model_ready("seq_state")
