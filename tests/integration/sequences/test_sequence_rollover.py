@@ -77,11 +77,16 @@ def wait_unloaded(client: grpcclient.InferenceServerClient, version: str, timeou
     raise AssertionError(f"seq_ver version {version} still loaded after {timeout} s")
 
 
-def test_sequence_ends_on_the_version_it_started_on(tmp_path: Path) -> None:
+def make_repo(tmp_path: Path, idle_us: int) -> Path:
     root = tmp_path / "repo"
     (root / "seq_ver").mkdir(parents=True)
-    (root / "seq_ver" / "config.pbtxt").write_text(CONFIG)
+    (root / "seq_ver" / "config.pbtxt").write_text(CONFIG.replace("120000000", str(idle_us)))
     add_version(root, 1)
+    return root
+
+
+def test_sequence_ends_on_the_version_it_started_on(tmp_path: Path) -> None:
+    root = make_repo(tmp_path, 120_000_000)
     with RuntimeProcess([root], ["--model-control-mode=explicit", "--load-model=seq_ver"]) as proc:
         proc.wait_model_ready("seq_ver", timeout=120)
         with proc.grpc_client() as client:
@@ -97,3 +102,22 @@ def test_sequence_ends_on_the_version_it_started_on(tmp_path: Path) -> None:
             assert send(client, 1, 600, end=True) == (16, 2)
             assert send(client, 7, 700, start=True, end=True) == (7, 2)
             shutil.rmtree(root / "seq_ver" / "1")
+
+
+def test_idle_sequence_lets_the_old_version_go(tmp_path: Path) -> None:
+    """A sequence that never sends END holds its version only until it is released for being idle (1 s)."""
+    root = make_repo(tmp_path, 1_000_000)
+    with RuntimeProcess([root], ["--model-control-mode=explicit", "--load-model=seq_ver"]) as proc:
+        proc.wait_model_ready("seq_ver", timeout=120)
+        with proc.grpc_client() as client:
+            assert send(client, 1, 500, start=True) == (1, 1)
+            add_version(root, 2)
+            client.load_model("seq_ver")
+            wait_unloaded(client, "1")  # no END: the idle release ends the hold
+            error_text = ""
+            try:
+                send(client, 2, 500)
+            except Exception as exc:  # the sequence is gone with its version
+                error_text = str(exc)
+            assert "must specify the START flag" in error_text
+            assert send(client, 4, 500, start=True) == (4, 2)
