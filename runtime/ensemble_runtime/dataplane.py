@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from ensemble_runtime.errors import InferenceError, internal, invalid, not_found
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.storage import Storage, merge_versions
@@ -175,18 +177,24 @@ class DataPlane:
     async def infer(self, request: InferRequest, declared: Mapping[str, str] | None = None) -> InferResponse:
         if not self.accepting:
             raise unavailable("server is shutting down and no longer accepts requests")
-        lv = self.registry.find(request.model_name, request.model_version)
+        tag = take_sequence_parameters(request.parameters)
+        lv = self._sequence_version(request.model_name, request.model_version, tag) or self.registry.find(
+            request.model_name, request.model_version
+        )
         sig = self.signature(lv)
         start = time.perf_counter_ns()
         self.in_flight += 1
         try:
             inputs = check_inputs(sig, request.inputs, declared or {})
             requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
-            backend_request = BackendRequest(inputs, requested, request.parameters, request.id)
+            backend_request = BackendRequest(
+                inputs, requested, request.parameters, request.id,
+                tag.correlation_id if tag else 0, tag.flags if tag else 0,
+            )
             rec = self.registry.records[request.model_name]
             parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
-                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request)
+                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request, tag)
                 parameters["ensemble_versions"] = versions
             else:
                 outputs = await self._infer_model(lv, backend_request)
@@ -208,6 +216,14 @@ class DataPlane:
             parameters=parameters,
         )
 
+    def _sequence_version(self, name: str, version: str, tag: SequenceTag | None) -> LoadedVersion | None:
+        """A request that continues a sequence runs on the version its sequence started on, even one no longer
+        served (draining while the sequence lives). None: no such sequence (or a start, or a pinned version)."""
+        if tag is None or tag.start or version:
+            return None
+        rec = self.registry.records.get(name)
+        return live_version(list(rec.versions.values()), tag.correlation_id) if rec is not None else None
+
     async def _infer_model(self, lv: LoadedVersion, request: BackendRequest) -> dict[str, Tensor]:
         if lv.scheduler is None:
             raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
@@ -218,7 +234,7 @@ class DataPlane:
             Registry.release(lv)
 
     async def _infer_ensemble(
-        self, lv: LoadedVersion, graph: object, request: BackendRequest
+        self, lv: LoadedVersion, graph: object, request: BackendRequest, tag: SequenceTag | None = None
     ) -> tuple[dict[str, Tensor], str]:
         assert isinstance(graph, EnsembleGraph)
         steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
@@ -230,6 +246,9 @@ class DataPlane:
 
         async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
             step_lv = steps[step.index]
+            if tag is not None:  # Triton's ensembles pass the correlation ID and flags on to every step
+                step_request = dataclasses.replace(step_request, correlation_id=tag.correlation_id, flags=tag.flags)
+                step_lv = self._sequence_version(step.model_name, "", tag) or step_lv
             scheduler = step_lv.scheduler
             if scheduler is None:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")

@@ -44,6 +44,8 @@ class BackendRequest:
     requested_outputs: tuple[str, ...]
     parameters: Mapping[str, ParamValue] = field(default_factory=dict)
     request_id: str = ""
+    correlation_id: int | str = 0  # the sequence it belongs to (0: none); see sequences/
+    flags: int = 0  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) | _END (2)
 
 
 BackendResult = dict[str, Tensor] | BaseException

@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ensemble_runtime.batching import Scheduler
 from ensemble_runtime.ensemble import EnsembleGraph
 from ensemble_runtime.errors import invalid, not_found, quote_name, unavailable
+from ensemble_runtime.sequences import SequenceScheduler
 from ensemble_runtime.stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class LoadedVersion:
     model: str
     version: int
     config: mc.ModelConfig
-    scheduler: Scheduler | None  # None for ensembles and failed versions
+    scheduler: Scheduler | SequenceScheduler | None  # None for ensembles and failed versions
     stats: ModelStats = field(default_factory=ModelStats)
     state: VersionState = VersionState.LOADING
     reason: str = ""

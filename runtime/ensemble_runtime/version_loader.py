@@ -4,6 +4,7 @@ UNAVAILABLE + reason."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,14 +12,21 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, instance_count
+from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, ModelInstance, instance_count
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
 from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
-from ensemble_runtime.registry import LoadedVersion, VersionState
+from ensemble_runtime.registry import LoadedVersion, Registry, VersionState
 from ensemble_runtime.repository.local import version_fingerprint
+from ensemble_runtime.sequences import (
+    FLAG_END,
+    FLAG_START,
+    SequenceScheduler,
+    has_sequence_batching,
+    settings_from_config,
+)
 from ensemble_runtime.warmup import warmup_requests
 
 log = logging.getLogger(__name__)
@@ -81,7 +89,7 @@ class VersionLoader:
     ) -> LoadedVersion:
         lv = LoadedVersion(model=name, version=version, config=config, scheduler=None)
         lv.memory_bytes = self.budget.estimate(path)
-        scheduler: Scheduler | None = None
+        scheduler: Scheduler | SequenceScheduler | None = None
         deadline = asyncio.timeout(self.timeout_secs if self.timeout_secs > 0 else None)
         try:
             prepared = backend.prepare_config(config, path)
@@ -91,7 +99,7 @@ class VersionLoader:
                 instances = await backend.load(
                     LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
                 )
-                scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
+                scheduler = self._scheduler(lv, prepared, model_path, instances)
                 scheduler.start()
                 await self._warm_up(name, version, prepared, path, scheduler)
         except TimeoutError as exc:
@@ -123,6 +131,20 @@ class VersionLoader:
         log.error("failed to load model '%s' version %d: %s", name, version, lv.reason)
         return lv
 
+    @staticmethod
+    def _scheduler(
+        lv: LoadedVersion, config: mc.ModelConfig, model_path: Path, instances: list[ModelInstance]
+    ) -> Scheduler | SequenceScheduler:
+        """The sequence batcher for a config with sequence_batching (a live sequence holds the version loaded),
+        else the shared queue with optional dynamic batching."""
+        if has_sequence_batching(config):
+            settings = settings_from_config(config, model_path)
+            return SequenceScheduler(
+                lv.model, instances, settings, lv.stats,
+                hold=lambda: Registry.acquire(lv), release=lambda: Registry.release(lv),
+            )
+        return Scheduler(lv.model, instances, BatchPolicy.from_config(config), lv.stats)
+
     def _check_instances(self, name: str, config: mc.ModelConfig) -> None:
         count = instance_count(config)
         if self.max_instances > 0 and count > self.max_instances:
@@ -131,8 +153,13 @@ class VersionLoader:
                 f"model ({self.max_instances}, --max-instances-per-model)"
             )
 
-    async def _warm_up(self, name: str, version: int, config: mc.ModelConfig, path: Path, scheduler: Scheduler) -> None:
+    async def _warm_up(self, name: str, version: int, config: mc.ModelConfig, path: Path, scheduler: Scheduler | SequenceScheduler) -> None:
         requests = warmup_requests(config, path)
+        if isinstance(scheduler, SequenceScheduler):  # each sample is a sequence of one request
+            requests = [
+                dataclasses.replace(r, correlation_id=f"warmup-{i}", flags=FLAG_START | FLAG_END)
+                for i, r in enumerate(requests)
+            ]
         for request in requests:
             try:
                 await scheduler.submit(request)

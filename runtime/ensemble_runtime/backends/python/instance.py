@@ -240,4 +240,6 @@ def _incoming(request: BackendRequest) -> InferenceRequest:
         inputs=[Tensor(name, array) for name, array in request.inputs.items()],
         requested_output_names=list(request.requested_outputs),
         parameters=dict(request.parameters),
+        correlation_id=request.correlation_id,
+        flags=request.flags,
     )

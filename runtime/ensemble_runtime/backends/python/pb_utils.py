@@ -197,13 +197,18 @@ class InferenceRequest:
             raise TritonModelException("a BLS InferenceRequest needs model_name")
 
     def to_infer_request(self) -> InferRequest:
+        parameters = dict(self._parameters)
+        if self._correlation_id not in (0, ""):  # a BLS call inside a sequence: as the client would send it
+            parameters["sequence_id"] = self._correlation_id
+            parameters["sequence_start"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START)
+            parameters["sequence_end"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
         return InferRequest(
             model_name=self._model_name,
             model_version="" if self._model_version < 0 else str(self._model_version),
             inputs={tensor.name(): tensor.as_numpy() for tensor in self._inputs},
             requested_outputs=list(self._requested),
             id=self._request_id,
-            parameters=dict(self._parameters),
+            parameters=parameters,
         )
 
     async def _call(self, target: bls.BlsTarget) -> InferenceResponse:
