@@ -13,9 +13,10 @@ from ensemble_runtime.config.names import load_failed, not_in_repository, valid_
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
 from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name, unavailable
-from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
+from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.stats import ComputeTimes
 from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
@@ -179,8 +180,13 @@ class DataPlane:
             rec = self.registry.records[request.model_name]
             parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
-                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request)
+                compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
+                queued = time.perf_counter_ns()
+                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request, compute)
                 parameters["ensemble_versions"] = versions
+                batch = batch_size_of(inputs) if lv.config.max_batch_size else 1
+                lv.stats.record_request(batch, queued - start, compute)
+                lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
             else:
                 outputs = await self._infer_model(lv, backend_request)
         except Exception:
@@ -211,7 +217,7 @@ class DataPlane:
             Registry.release(lv)
 
     async def _infer_ensemble(
-        self, lv: LoadedVersion, graph: object, request: BackendRequest
+        self, lv: LoadedVersion, graph: object, request: BackendRequest, compute: ComputeTimes
     ) -> tuple[dict[str, Tensor], str]:
         assert isinstance(graph, EnsembleGraph)
         steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
@@ -228,7 +234,7 @@ class DataPlane:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
             started = time.perf_counter_ns()
             try:
-                result = await scheduler.submit(step_request)
+                result = await scheduler.submit(step_request, compute)
             except Exception:
                 step_lv.stats.fail.add(time.perf_counter_ns() - started)
                 raise
