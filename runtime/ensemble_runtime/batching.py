@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import ModelInstance
-from ensemble_runtime.errors import ErrorCode, InferenceError, internal, must_propagate, unavailable
+from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
@@ -209,6 +209,8 @@ class Scheduler:
                 continue
             if isinstance(result, BaseException):
                 item.future.set_exception(result)
+                if isinstance(result, ResponseError):  # answered by the model: it ran
+                    succeeded.append(item)
             else:
                 item.future.set_result(result)
                 succeeded.append(item)

@@ -12,7 +12,7 @@ from ensemble_runtime import __version__
 from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name, unavailable
+from ensemble_runtime.errors import InferenceError, ResponseError, internal, invalid, not_found, quote_name, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
@@ -173,10 +173,12 @@ class DataPlane:
         sig = self.signature(lv)
         start = time.perf_counter_ns()
         self.in_flight += 1
+        checked = False  # a request refused by validation is no failure in Triton's statistics
         try:
             inputs = check_inputs(sig, request.inputs, declared or {})
             requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
             backend_request = BackendRequest(inputs, requested, request.parameters, request.id)
+            checked = True
             rec = self.registry.records[request.model_name]
             parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
@@ -189,8 +191,10 @@ class DataPlane:
                 lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
             else:
                 outputs = await self._infer_model(lv, backend_request)
-        except Exception:
-            lv.stats.fail.add(time.perf_counter_ns() - start)
+        except Exception as exc:
+            if checked:  # the model's own error response is a success of the model, never of an ensemble
+                answered = isinstance(exc, ResponseError) and self.registry.records[lv.model].ensemble is None
+                (lv.stats.success if answered else lv.stats.fail).add(time.perf_counter_ns() - start)
             raise
         finally:
             self.in_flight -= 1
@@ -235,8 +239,9 @@ class DataPlane:
             started = time.perf_counter_ns()
             try:
                 result = await scheduler.submit(step_request, compute)
-            except Exception:
-                step_lv.stats.fail.add(time.perf_counter_ns() - started)
+            except Exception as exc:
+                answered = isinstance(exc, ResponseError)  # the step model's own error response: it ran
+                (step_lv.stats.success if answered else step_lv.stats.fail).add(time.perf_counter_ns() - started)
                 raise
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result
