@@ -155,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with RuntimeProcess([repository]) as ours, TritonPeer([repository], install=install) as triton:
             ours.wait_ready(120)
             triton.wait_ready(120)
-            version = subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout.strip()
+            shown = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
+            version = (shown.stdout + shown.stderr).strip()
             results = measure(binary, {"ours": ours.grpc_url, "triton": triton.grpc_url}, interval_ms, repeats)
     report = {
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
