@@ -24,11 +24,13 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet
 
-# Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), and the real Triton
-# server as a test peer (from the nvidia-pytriton wheel). Cold: about 25 minutes on 2 cores; warm: seconds.
+# Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real Triton
+# server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run through
+# Debian trixie's loader). Cold: about 25 minutes on 2 cores; warm: seconds.
 tools: setup
 	bash tools/build-tools.sh all
 	bash tools/setup-triton.sh
+	PYTHON=$(BIN)/python bash tools/setup-perf-analyzer.sh
 
 unit: setup
 	$(BIN)/pytest tests/unit -q

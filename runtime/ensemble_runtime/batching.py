@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import ModelInstance
-from ensemble_runtime.errors import ErrorCode, InferenceError, internal, must_propagate, unavailable
+from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
-from ensemble_runtime.stats import ModelStats
+from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,7 @@ class _Pending:
     enqueued_ns: int
     future: asyncio.Future[dict[str, Tensor]]
     deadline_ns: int = 0
+    times: ComputeTimes | None = None  # where the caller sums compute phases (an ensemble request's steps)
 
 
 @dataclass(slots=True)
@@ -79,11 +80,12 @@ class Scheduler:
             )
             self._workers.append(task)
 
-    async def submit(self, request: BackendRequest) -> dict[str, Tensor]:
+    async def submit(self, request: BackendRequest, times: ComputeTimes | None = None) -> dict[str, Tensor]:
+        """Run `request` on an instance; on success its execution's compute phases are added to `times`."""
         if self._closing:
             raise unavailable(f"model '{self.model}' is unloading")
         if self._slots is not None:
-            return await self._submit_direct(request)
+            return await self._submit_direct(request, times)
         if self.policy.max_queue_size and len(self._queue) >= self.policy.max_queue_size:
             raise unavailable(
                 f"model '{self.model}': request exceeds maximum queue size {self.policy.max_queue_size}"
@@ -96,13 +98,14 @@ class Scheduler:
             enqueued_ns=now,
             future=asyncio.get_running_loop().create_future(),
             deadline_ns=now + timeout_ns if timeout_ns else 0,
+            times=times,
         )
         async with self._wakeup:
             self._queue.append(pending)
             self._wakeup.notify()
         return await pending.future
 
-    async def _submit_direct(self, request: BackendRequest) -> dict[str, Tensor]:
+    async def _submit_direct(self, request: BackendRequest, times: ComputeTimes | None) -> dict[str, Tensor]:
         assert self._slots is not None
         if self.policy.max_queue_size and self._waiting >= self.policy.max_queue_size and not self._idle:
             raise unavailable(
@@ -117,7 +120,7 @@ class Scheduler:
         instance = self._idle.pop()
         try:
             batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
-            item = _Pending(request, batch, enqueued, asyncio.get_running_loop().create_future())
+            item = _Pending(request, batch, enqueued, asyncio.get_running_loop().create_future(), times=times)
             await self._run(instance, [item])
             return item.future.result()
         finally:
@@ -174,10 +177,11 @@ class Scheduler:
             await self._run(instance, batch)
 
     async def _run(self, instance: ModelInstance, batch: list[_Pending]) -> None:
+        # Triton's phases as seen from here: compute input = taking the batch's requests (dropping those timed
+        # out), compute infer = the instance's execute, compute output = handing each result to its caller.
         start = time.perf_counter_ns()
         live: list[_Pending] = []
         for item in batch:
-            self.stats.queue.add(start - item.enqueued_ns)
             if item.deadline_ns and start > item.deadline_ns:
                 item.future.set_exception(
                     InferenceError(ErrorCode.UNAVAILABLE, f"model '{self.model}': request timed out in queue")
@@ -186,22 +190,38 @@ class Scheduler:
                 live.append(item)
         if not live:
             return
+        requests = [item.request for item in live]
+        input_end = time.perf_counter_ns()
         try:
-            results = await instance.execute([item.request for item in live])
+            results = await instance.execute(requests)
         except Exception as exc:  # a backend bug must fail these requests, not the worker
             results = [exc] * len(live)
         except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
             if must_propagate(exc):
                 raise
             results = [internal(f"model '{self.model}': execution raised {exc!r}")] * len(live)
-        elapsed = time.perf_counter_ns() - start
-        self.stats.record_execution(sum(item.batch for item in live), len(live), elapsed)
+        output_start = time.perf_counter_ns()
         if len(results) != len(live):
             results = [internal(f"model '{self.model}' returned {len(results)} responses for {len(live)} requests")] * len(live)
+        succeeded: list[_Pending] = []
         for item, result in zip(live, results, strict=True):
             if item.future.done():
                 continue
             if isinstance(result, BaseException):
                 item.future.set_exception(result)
+                if isinstance(result, ResponseError):  # answered by the model: it ran
+                    succeeded.append(item)
             else:
                 item.future.set_result(result)
+                succeeded.append(item)
+        if succeeded:
+            self._record(live, succeeded, start, ComputeTimes(
+                input_end - start, output_start - input_end, time.perf_counter_ns() - output_start
+            ))
+
+    def _record(self, live: list[_Pending], succeeded: list[_Pending], start: int, compute: ComputeTimes) -> None:
+        for item in succeeded:
+            self.stats.record_request(item.batch, start - item.enqueued_ns, compute)
+            if item.times is not None:
+                item.times.add(compute)
+        self.stats.record_execution(sum(item.batch for item in live), compute, time.time_ns() // 1_000_000)

@@ -13,13 +13,14 @@ from ensemble_runtime import __version__
 from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name, unavailable
-from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor
+from ensemble_runtime.errors import InferenceError, ResponseError, internal, invalid, not_found, quote_name, unavailable
+from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
 from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
+from ensemble_runtime.stats import ComputeTimes
 from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
@@ -184,6 +185,7 @@ class DataPlane:
         sig = self.signature(lv)
         start = time.perf_counter_ns()
         self.in_flight += 1
+        checked = False  # a request refused by validation is no failure in Triton's statistics
         try:
             inputs = check_inputs(sig, request.inputs, declared or {})
             requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
@@ -191,15 +193,25 @@ class DataPlane:
                 inputs, requested, request.parameters, request.id,
                 tag.correlation_id if tag else 0, tag.flags if tag else 0,
             )
+            checked = True
             rec = self.registry.records[request.model_name]
             parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
-                outputs, versions = await self._infer_ensemble(lv, rec.ensemble.graph, backend_request, tag)
+                compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
+                queued = time.perf_counter_ns()
+                outputs, versions = await self._infer_ensemble(
+                    lv, rec.ensemble.graph, backend_request, compute, tag
+                )
                 parameters["ensemble_versions"] = versions
+                batch = batch_size_of(inputs) if lv.config.max_batch_size else 1
+                lv.stats.record_request(batch, queued - start, compute)
+                lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
             else:
                 outputs = await self._infer_model(lv, backend_request)
-        except Exception:
-            lv.stats.fail.add(time.perf_counter_ns() - start)
+        except Exception as exc:
+            if checked:  # the model's own error response is a success of the model, never of an ensemble
+                answered = isinstance(exc, ResponseError) and self.registry.records[lv.model].ensemble is None
+                (lv.stats.success if answered else lv.stats.fail).add(time.perf_counter_ns() - start)
             raise
         finally:
             self.in_flight -= 1
@@ -234,7 +246,12 @@ class DataPlane:
             Registry.release(lv)
 
     async def _infer_ensemble(
-        self, lv: LoadedVersion, graph: object, request: BackendRequest, tag: SequenceTag | None = None
+        self,
+        lv: LoadedVersion,
+        graph: object,
+        request: BackendRequest,
+        compute: ComputeTimes,
+        tag: SequenceTag | None = None,
     ) -> tuple[dict[str, Tensor], str]:
         assert isinstance(graph, EnsembleGraph)
         steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
@@ -254,9 +271,10 @@ class DataPlane:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
             started = time.perf_counter_ns()
             try:
-                result = await scheduler.submit(step_request)
-            except Exception:
-                step_lv.stats.fail.add(time.perf_counter_ns() - started)
+                result = await scheduler.submit(step_request, compute)
+            except Exception as exc:
+                answered = isinstance(exc, ResponseError)  # the step model's own error response: it ran
+                (step_lv.stats.success if answered else step_lv.stats.fail).add(time.perf_counter_ns() - started)
                 raise
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result

@@ -32,6 +32,11 @@ class InferenceError(Exception):
         return f"InferenceError({self.code.name}, {self.message!r})"
 
 
+class ResponseError(InferenceError):
+    """An error the model itself answered in a response: the request ran, so the model's statistics count it a
+    success, as Triton's python backend does (an ensemble that gets one still fails)."""
+
+
 NAME_LIMIT = 256  # characters of a client-supplied string an error message repeats
 MESSAGE_LIMIT = 4096  # characters of any error message a transport sends (gRPC puts it in a header)
 

@@ -1,4 +1,15 @@
-"""Per model-version statistics in Triton's shape (counts and cumulative nanoseconds)."""
+"""Per model-version statistics in Triton's shape (counts and cumulative nanoseconds), with Triton's semantics.
+
+Triton (core `infer_stats.cc`) counts two things:
+- per request that succeeds: its inferences (`inference_count`, the request's batch size, at least 1), its
+  duration (`success`), its wait before an instance took it (`queue`) and the compute phases of the execution
+  that ran it (`compute_input`, `compute_infer`, `compute_output`): those five counts are always equal;
+- per execution with at least one success: `execution_count` and `batch_stats[total batch size]`, each phase
+  counted once for the batch.
+A failed request counts only in `fail`. An ensemble request is counted the same way, its compute phases being
+the sums over the step executions that served it (Triton's ensemble scheduler); the composing models keep their
+own statistics as for any request.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +27,20 @@ class Duration:
 
 
 @dataclass(slots=True)
+class ComputeTimes:
+    """Nanoseconds one execution spent in each compute phase (for an ensemble request: summed over its steps)."""
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, other: ComputeTimes) -> None:
+        self.input_ns += other.input_ns
+        self.infer_ns += other.infer_ns
+        self.output_ns += other.output_ns
+
+
+@dataclass(slots=True)
 class BatchStat:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
@@ -27,8 +52,8 @@ class ModelStats:
     """What ModelStatistics and the metrics report for one loaded model version."""
 
     last_inference_ms: int = 0
-    inference_count: int = 0  # inferences, counting each batch element
-    execution_count: int = 0  # backend executions (a batch counts once)
+    inference_count: int = 0  # inferences of successful requests, counting each batch element
+    execution_count: int = 0  # executions with a success (a batch counts once)
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     queue: Duration = field(default_factory=Duration)
@@ -37,11 +62,21 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStat] = field(default_factory=dict)
 
-    def record_execution(self, batch_size: int, requests: int, infer_ns: int) -> None:
+    def record_request(self, batch_size: int, queue_ns: int, compute: ComputeTimes) -> None:
+        """A request that succeeded: its inferences, its time in the queue and its execution's compute phases."""
+        self.inference_count += max(1, batch_size)
+        self.queue.add(queue_ns)
+        self.compute_input.add(compute.input_ns)
+        self.compute_infer.add(compute.infer_ns)
+        self.compute_output.add(compute.output_ns)
+
+    def record_execution(self, batch_size: int, compute: ComputeTimes, now_ms: int) -> None:
+        """An execution of `batch_size` inferences with at least one successful request."""
         self.execution_count += 1
-        self.inference_count += batch_size
-        self.compute_infer.add(infer_ns, requests)
+        self.last_inference_ms = max(self.last_inference_ms, now_ms)
         stat = self.batches.get(batch_size)
         if stat is None:
             stat = self.batches[batch_size] = BatchStat()
-        stat.compute_infer.add(infer_ns)
+        stat.compute_input.add(compute.input_ns)
+        stat.compute_infer.add(compute.infer_ns)
+        stat.compute_output.add(compute.output_ns)

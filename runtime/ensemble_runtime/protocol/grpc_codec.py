@@ -223,6 +223,8 @@ def model_statistics(name: str, version: int, stats: ModelStats) -> pb.ModelStat
     infer = out.inference_stats
     for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
         _duration(getattr(infer, field_name), getattr(stats, field_name))
+    infer.cache_hit.SetInParent()  # no response cache: present and empty, as Triton sends them
+    infer.cache_miss.SetInParent()
     for size, batch in sorted(stats.batches.items()):
         entry = out.batch_stats.add(batch_size=size)
         _duration(entry.compute_input, batch.compute_input)

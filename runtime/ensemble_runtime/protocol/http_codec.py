@@ -412,6 +412,7 @@ def model_statistics(versions: Iterable[tuple[str, int, ModelStats]]) -> dict[st
                 "inference_count": s.inference_count,
                 "execution_count": s.execution_count,
                 "inference_stats": _durations(s, _INFER_STATS) | _durations(None, _NO_CACHE_STATS),
+                "response_stats": {},  # per-response statistics: decoupled models only in Triton
                 "batch_stats": [
                     {"batch_size": size, **_durations(b, _BATCH_STATS)} for size, b in sorted(s.batches.items())
                 ],

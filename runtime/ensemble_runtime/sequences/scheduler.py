@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ensemble_runtime.backends.base import ModelInstance
-from ensemble_runtime.errors import internal, invalid, must_propagate, unavailable
+from ensemble_runtime.errors import ResponseError, internal, invalid, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.sequences.controls import FLAG_END, FLAG_START, CorrelationId, SequenceSettings, describe_id
-from ensemble_runtime.stats import ModelStats
+from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 REAPED_MEMORY = 1024  # correlation IDs of recently timed-out sequences kept to explain a late request
 MAX_BACKLOG = 4096  # sequences waiting for a free slot; a start beyond it is refused (bounded memory)
@@ -37,6 +37,7 @@ class _Item:
     request: BackendRequest
     future: asyncio.Future[dict[str, Tensor]]
     enqueued_ns: int
+    times: ComputeTimes | None = None  # where the caller sums compute phases (an ensemble request's steps)
 
 
 @dataclass(eq=False, slots=True)
@@ -88,11 +89,12 @@ class SequenceScheduler:
         return len(self._live)
 
     # ---- requests -----------------------------------------------------------------------------------------
-    async def submit(self, request: BackendRequest) -> dict[str, Tensor]:
-        item = self._enqueue(request)  # synchronous: requests of a sequence keep the order they arrived in
+    async def submit(self, request: BackendRequest, times: ComputeTimes | None = None) -> dict[str, Tensor]:
+        """Run `request` in its sequence; on success its execution's compute phases are added to `times`."""
+        item = self._enqueue(request, times)  # synchronous: requests of a sequence keep the order they arrived in
         return await item.future
 
-    def _enqueue(self, request: BackendRequest) -> _Item:
+    def _enqueue(self, request: BackendRequest, times: ComputeTimes | None = None) -> _Item:
         cid = request.correlation_id
         if cid in (0, ""):
             raise invalid(f"inference request to model '{self.model}' must specify a non-zero or non-empty correlation ID")
@@ -130,6 +132,7 @@ class SequenceScheduler:
             dataclasses.replace(request, inputs={**request.inputs, **controls}),
             asyncio.get_running_loop().create_future(),
             time.perf_counter_ns(),
+            times,
         )
         seq.pending.append(item)
         seq.last_active = time.monotonic()
@@ -217,8 +220,7 @@ class SequenceScheduler:
             seq.busy = True
         started = time.perf_counter_ns()
         requests = [self._with_state(seq, item) for seq, item in zip(batch, items, strict=True)]
-        for item in items:
-            self.stats.queue.add(started - item.enqueued_ns)
+        input_end = time.perf_counter_ns()
         try:
             results: list[BackendResult] = await instance.execute(requests)
         except Exception as exc:  # a backend bug fails these requests, not the worker
@@ -227,7 +229,7 @@ class SequenceScheduler:
             if must_propagate(exc):
                 raise
             results = [internal(f"model '{self.model}': execution raised {exc!r}")] * len(items)
-        self.stats.record_execution(len(items), len(items), time.perf_counter_ns() - started)
+        output_start = time.perf_counter_ns()
         if len(results) != len(items):
             results = [internal(f"model '{self.model}' returned {len(results)} responses for {len(items)} requests")] * len(items)
         now = time.monotonic()
@@ -245,6 +247,21 @@ class SequenceScheduler:
                     item.future.set_result({k: v for k, v in result.items() if k in item.request.requested_outputs})
             if seq.ended and not seq.pending:
                 self._finish(seq)
+        self._record(items, results, started, ComputeTimes(
+            input_end - started, output_start - input_end, time.perf_counter_ns() - output_start
+        ))
+
+    def _record(self, items: list[_Item], results: list[BackendResult], started: int, compute: ComputeTimes) -> None:
+        """Triton's statistics, as the dynamic batcher keeps them: per successful request (a model's own error
+        response counts: it ran), and once per execution with a success."""
+        succeeded = [item for item, result in zip(items, results, strict=True)
+                     if not isinstance(result, BaseException) or isinstance(result, ResponseError)]
+        for item in succeeded:
+            self.stats.record_request(1, started - item.enqueued_ns, compute)  # a sequence request is one inference
+            if item.times is not None:
+                item.times.add(compute)
+        if succeeded:
+            self.stats.record_execution(len(items), compute, time.time_ns() // 1_000_000)
 
     def _with_state(self, seq: _Sequence, item: _Item) -> BackendRequest:
         request = item.request

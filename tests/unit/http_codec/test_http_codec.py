@@ -13,7 +13,7 @@ from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import InferResponse
 from ensemble_runtime.model_manager import IndexEntry
 from ensemble_runtime.protocol import http_codec as codec
-from ensemble_runtime.stats import ModelStats
+from ensemble_runtime.stats import ComputeTimes, ModelStats
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -301,17 +301,25 @@ def test_repository_index_leaves_out_what_is_unknown() -> None:
 def test_statistics_json() -> None:
     stats = ModelStats()
     stats.success.add(50)
-    stats.record_execution(batch_size=4, requests=2, infer_ns=30)
+    compute = ComputeTimes(input_ns=5, infer_ns=30, output_ns=7)
+    stats.record_request(3, queue_ns=11, compute=compute)
+    stats.record_request(1, queue_ns=13, compute=compute)
+    stats.record_execution(4, compute, now_ms=1234)
     got = codec.model_statistics([("m", 2, stats)])["model_stats"][0]
     assert (got["name"], got["version"], got["inference_count"], got["execution_count"]) == ("m", "2", 4, 1)
+    assert got["last_inference"] == 1234
     assert got["inference_stats"]["success"] == {"count": 1, "ns": 50}
-    assert got["inference_stats"]["compute_infer"] == {"count": 2, "ns": 30}
+    assert got["inference_stats"]["queue"] == {"count": 2, "ns": 24}
+    assert got["inference_stats"]["compute_input"] == {"count": 2, "ns": 10}
+    assert got["inference_stats"]["compute_infer"] == {"count": 2, "ns": 60}
+    assert got["inference_stats"]["compute_output"] == {"count": 2, "ns": 14}
     assert got["inference_stats"]["cache_hit"] == {"count": 0, "ns": 0}
+    assert got["response_stats"] == {}
     assert got["batch_stats"] == [
         {
             "batch_size": 4,
-            "compute_input": {"count": 0, "ns": 0},
+            "compute_input": {"count": 1, "ns": 5},
             "compute_infer": {"count": 1, "ns": 30},
-            "compute_output": {"count": 0, "ns": 0},
+            "compute_output": {"count": 1, "ns": 7},
         }
     ]

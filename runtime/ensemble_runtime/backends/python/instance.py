@@ -21,7 +21,7 @@ from ensemble_runtime.backends.python.pb_utils import (
     error_code_of,
 )
 from ensemble_runtime.dtypes import numpy_to_wire
-from ensemble_runtime.errors import ErrorCode, InferenceError, internal, must_propagate
+from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate
 from ensemble_runtime.inference import BackendRequest, BackendResult
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ class PythonInstance:
             )
         error = response.error()
         if error is not None:
-            return InferenceError(error_code_of(error), error.message())
+            return ResponseError(error_code_of(error), error.message())
         produced = {tensor.name(): tensor for tensor in response.output_tensors()}
         wanted = request.requested_outputs or tuple(produced)
         outputs = {}
