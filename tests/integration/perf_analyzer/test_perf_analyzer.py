@@ -27,15 +27,14 @@ pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 WINDOWS = ["--measurement-mode", "count_windows", "--measurement-request-count", "40", "-s", "1000",
            "--concurrency-range", "2"]
-SHM_PENDING = pytest.mark.xfail(strict=False, reason="needs the shared-memory extension (issue 11 item 2)")
 MODES = [
     pytest.param("grpc", [], id="grpc-sync"),
     pytest.param("grpc", ["-a"], id="grpc-async"),
     pytest.param("grpc", ["--streaming"], id="grpc-streaming"),
     pytest.param("http", [], id="http-sync"),
     pytest.param("http", ["-a"], id="http-async"),
-    pytest.param("grpc", ["--shared-memory", "system"], id="grpc-shm-system", marks=SHM_PENDING),
-    pytest.param("http", ["--shared-memory", "system"], id="http-shm-system", marks=SHM_PENDING),
+    pytest.param("grpc", ["--shared-memory", "system"], id="grpc-shm-system"),
+    pytest.param("http", ["--shared-memory", "system"], id="http-shm-system"),
 ]
 
 
