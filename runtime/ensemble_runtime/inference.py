@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ensemble_runtime.responses import ResponseChannel
 
 Tensor = npt.NDArray[Any]
 ParamValue = bool | int | float | str
@@ -44,6 +47,7 @@ class BackendRequest:
     requested_outputs: tuple[str, ...]
     parameters: Mapping[str, ParamValue] = field(default_factory=dict)
     request_id: str = ""
+    responses: ResponseChannel | None = None  # set for a decoupled model: where its responses go
 
 
 BackendResult = dict[str, Tensor] | BaseException

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, instance_count
+from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, ModelStreamCaller, instance_count
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
@@ -34,6 +34,7 @@ class VersionLoader:
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     device_free: DeviceFree | None = None
     journal: LoadJournal | None = None  # versions loading when the process last died (None: not kept)
+    stream_caller: ModelStreamCaller | None = None  # BLS to decoupled models (exec(decoupled=True))
 
     def died_loading(self, name: str, config: mc.ModelConfig, versions: Mapping[int, Path]) -> dict[int, str]:
         """Those of `versions` (number -> path) that were loading, with the same fingerprint, when an earlier
@@ -89,7 +90,8 @@ class VersionLoader:
             self._check_instances(name, prepared)
             async with deadline:
                 instances = await backend.load(
-                    LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
+                    LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir,
+                                self.stream_caller)
                 )
                 scheduler = Scheduler(name, instances, BatchPolicy.from_config(prepared), lv.stats)
                 scheduler.start()
