@@ -60,12 +60,8 @@ class EnsembleGraph:
     consumers: Mapping[str, tuple[int, ...]]  # tensor -> indices of steps reading it
     topological_order: tuple[int, ...]
     optional_inputs: frozenset[str] = frozenset()
+    decoupled: bool = False  # a step answers with zero or many responses, so the ensemble does too (stream only)
     _plans: dict[frozenset[str], ExecutionPlan] = field(default_factory=dict, repr=False)
-
-    @property
-    def decoupled(self) -> bool:
-        """A step answers with zero or many responses, so the ensemble does too (ModelStreamInfer only)."""
-        return any(step.decoupled for step in self.steps)
 
     def step_models(self) -> set[str]:
         """Names of the models the steps call (what must be ready before the ensemble is)."""
@@ -173,6 +169,7 @@ def build_graph(
         consumers=MappingProxyType({tensor: tuple(indices) for tensor, indices in consumers.items()}),
         topological_order=order,
         optional_inputs=frozenset(t.name for t in ensemble_config.input if t.optional),
+        decoupled=any(step.decoupled for step in steps),
     )
 
 
