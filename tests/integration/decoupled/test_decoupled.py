@@ -91,6 +91,21 @@ def test_model_raising_mid_stream_is_an_error_on_the_stream(server: RuntimeProce
     still_serving(server)
 
 
+def test_system_exit_in_a_decoupled_model_fails_only_its_request(server: RuntimeProcess) -> None:
+    with Stream(server.grpc_url) as stream:
+        stream.send("repeat_fails", [tensor("IN", np.array([1, -99], np.int32), "INT32")], "exit")
+        got = stream.until_final()  # SystemExit from execute: contained, the request's final error
+        assert [m.outputs for m in got[:-1]] == [{"OUT": [1]}]
+        assert got[-1].error is not None and "SystemExit(3)" in got[-1].error
+        # from the model's own thread: the sender it dropped ends the request instead of leaving it hanging
+        stream.send("repeat_fails", [tensor("IN", np.array([-98, 6, 7], np.int32), "INT32")], "thread")
+        got = stream.until_final()
+        assert [m.outputs for m in got[:-1]] == [{"OUT": [6]}, {"OUT": [7]}]
+        assert got[-1].error == ("model 'repeat_fails': the response sender was released without sending "
+                                 "TRITONSERVER_RESPONSE_COMPLETE_FINAL")
+    still_serving(server)
+
+
 def test_stream_errors_for_bad_requests_keep_the_stream(server: RuntimeProcess) -> None:
     with Stream(server.grpc_url) as stream:
         stream.send("no_such_model", [tensor("IN", np.array([1], np.int32), "INT32")], "x")
