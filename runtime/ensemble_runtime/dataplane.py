@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -13,20 +13,34 @@ from ensemble_runtime import __version__
 from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
-from ensemble_runtime.errors import InferenceError, ResponseError, internal, invalid, not_found, quote_name, unavailable
+from ensemble_runtime.errors import (
+    ErrorCode,
+    InferenceError,
+    ResponseError,
+    internal,
+    invalid,
+    not_found,
+    quote_name,
+    unavailable,
+)
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.stats import ComputeTimes
 from ensemble_runtime.storage import Storage, merge_versions
+from ensemble_runtime.stream_inference import DECOUPLED_REFUSAL, infer_stream
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
 # Triton's answer (UNAVAILABLE) to load/unload in control modes none and poll
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
+GRPC_ENDPOINT = "ModelInfer RPC"  # how Triton names the endpoint that refuses decoupled models
+HTTP_ENDPOINT = "HTTP end point"
+BLS_ENDPOINT = "InferenceRequest.exec() without decoupled=True"
 EXTENSIONS = (
     "model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data",
     "system_shared_memory", "cuda_shared_memory",
@@ -175,13 +189,18 @@ class DataPlane:
         self._signatures[id(lv.config)] = (lv.config, sig)
         return sig
 
-    async def infer(self, request: InferRequest, declared: Mapping[str, str] | None = None) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, declared: Mapping[str, str] | None = None, endpoint: str = GRPC_ENDPOINT
+    ) -> InferResponse:
         if not self.accepting:
             raise unavailable("server is shutting down and no longer accepts requests")
         tag = take_sequence_parameters(request.parameters)
         lv = self._sequence_version(request.model_name, request.model_version, tag) or self.registry.find(
             request.model_name, request.model_version
         )
+        rec = self.registry.records[request.model_name]
+        if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
+            raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         sig = self.signature(lv)
         start = time.perf_counter_ns()
         self.in_flight += 1
@@ -194,7 +213,6 @@ class DataPlane:
                 tag.correlation_id if tag else 0, tag.flags if tag else 0,
             )
             checked = True
-            rec = self.registry.records[request.model_name]
             parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
                 compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
@@ -235,6 +253,13 @@ class DataPlane:
             return None
         rec = self.registry.records.get(name)
         return live_version(list(rec.versions.values()), tag.correlation_id) if rec is not None else None
+
+    def infer_stream(
+        self, request: InferRequest, declared: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[StreamResponse, None]:
+        """Every response of `request` (ModelStreamInfer, BLS exec(decoupled=True)): one for a model that
+        is not decoupled, zero or many and then the final flag for a decoupled model or ensemble."""
+        return infer_stream(self, request, declared)
 
     async def _infer_model(self, lv: LoadedVersion, request: BackendRequest) -> dict[str, Tensor]:
         if lv.scheduler is None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ensemble_runtime.responses import ResponseChannel
 
 Tensor = npt.NDArray[Any]
 ParamValue = bool | int | float | str
@@ -46,6 +49,7 @@ class BackendRequest:
     request_id: str = ""
     correlation_id: int | str = 0  # the sequence it belongs to (0: none); see sequences/
     flags: int = 0  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) | _END (2)
+    responses: ResponseChannel | None = None  # set for a decoupled model: where its responses go
 
 
 BackendResult = dict[str, Tensor] | BaseException

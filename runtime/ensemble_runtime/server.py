@@ -9,7 +9,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
 from ensemble_runtime.config.config_files import ConfigFiles
-from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.dataplane import BLS_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.memory import make_device_free
 from ensemble_runtime.inference import InferRequest, InferResponse
@@ -35,6 +35,7 @@ from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.s3 import S3Settings
 from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source
+from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.version_loader import VersionLoader
@@ -74,7 +75,10 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     holder: list[DataPlane] = []
 
     async def call_model(request: InferRequest) -> InferResponse:  # BLS: in-process, no network hop
-        return await holder[0].infer(request)
+        return await holder[0].infer(request, endpoint=BLS_ENDPOINT)
+
+    def stream_model(request: InferRequest) -> AsyncIterator[StreamResponse]:  # BLS exec(decoupled=True)
+        return holder[0].infer_stream(request)
 
     cache = settings.model_cache_dir or Path(tempfile.mkdtemp(prefix="ensemble-runtime-cache-"))
     storage = Storage(build_sources(settings, cache), registry)
@@ -82,7 +86,8 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
     loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
                            device_free=make_device_free(os.environ), journal=build_journal(settings),
-                           timeout_secs=settings.model_load_timeout_secs, max_instances=settings.max_instances_per_model)
+                           timeout_secs=settings.model_load_timeout_secs, max_instances=settings.max_instances_per_model,
+                           stream_caller=stream_model)
 
     async def sync_before_load(names: Collection[str]) -> None:
         await storage.sync(names, settle=True)
@@ -111,7 +116,7 @@ class Server:
         self.dataplane.started = False  # not ready before the initial load has finished
         if s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes,
-                                           s.grpc_restrictions())
+                                           s.grpc_restrictions(), stream_limit=s.grpc_stream_max_in_flight)
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:

@@ -36,6 +36,7 @@ class RuntimeSettings(BaseModel):
     strict_readiness: bool = True
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
+    grpc_stream_max_in_flight: int = 64
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     max_config_bytes: int = 1024 * 1024
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-timeout-secs", type=float, default=30.0)
     p.add_argument("--grpc-max-message-bytes", type=int, default=256 * 1024 * 1024,
                    help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
+    p.add_argument("--grpc-stream-max-in-flight", type=int, default=64,
+                   help="requests of one ModelStreamInfer stream run concurrently, at most this many at once; "
+                        "the stream is read further as they finish")
     p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
     p.add_argument("--http-max-json-bytes", type=int, default=8 * 1024 * 1024,

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import Backend, LoadContext, ModelCaller, ModelInstance, instance_count
+from ensemble_runtime.backends.base import (
+    Backend,
+    LoadContext,
+    ModelCaller,
+    ModelInstance,
+    ModelStreamCaller,
+    instance_count,
+)
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
@@ -42,6 +49,7 @@ class VersionLoader:
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     device_free: DeviceFree | None = None
     journal: LoadJournal | None = None  # versions loading when the process last died (None: not kept)
+    stream_caller: ModelStreamCaller | None = None  # BLS to decoupled models (exec(decoupled=True))
 
     def died_loading(self, name: str, config: mc.ModelConfig, versions: Mapping[int, Path]) -> dict[int, str]:
         """Those of `versions` (number -> path) that were loading, with the same fingerprint, when an earlier
@@ -97,7 +105,8 @@ class VersionLoader:
             self._check_instances(name, prepared)
             async with deadline:
                 instances = await backend.load(
-                    LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir)
+                    LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir,
+                                self.stream_caller)
                 )
                 scheduler = self._scheduler(lv, prepared, model_path, instances)
                 scheduler.start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -10,9 +10,12 @@ from typing import Protocol
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.inference import BackendRequest, BackendResult, InferRequest, InferResponse
+from ensemble_runtime.responses import StreamResponse
 
 # How a model calls another model in the same server (Triton's BLS); injected, never imported.
 ModelCaller = Callable[[InferRequest], Awaitable[InferResponse]]
+# The same for every response of a decoupled model (BLS `exec(decoupled=True)`).
+ModelStreamCaller = Callable[[InferRequest], AsyncIterator[StreamResponse]]
 
 
 class ModelInstance(Protocol):
@@ -33,6 +36,7 @@ class LoadContext:
     model_path: Path  # <repo>/<model>
     caller: ModelCaller
     cache_dir: Path | None = None
+    stream_caller: ModelStreamCaller | None = None
 
 
 class Backend(Protocol):

@@ -8,7 +8,8 @@ Follows Triton's ensemble validation (core `ensemble_utils.cc`, `model_config_ut
   sit in a batching ensemble when its full shape (with the leading batch -1) agrees;
 - dtypes agree; shapes agree with -1 as a wildcard, compared without the batch dimension or, failing
   that, with it (full shapes); ensemble inputs/outputs compare their `reshape` shape where present.
-Nested ensembles (a step whose model is itself an ensemble) and decoupled step models are refused.
+Nested ensembles (a step whose model is itself an ensemble) are refused. A decoupled step model makes the
+ensemble decoupled: each of its responses runs the steps downstream of it (ensemble/streaming.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class EnsembleGraph:
     consumers: Mapping[str, tuple[int, ...]]  # tensor -> indices of steps reading it
     topological_order: tuple[int, ...]
     optional_inputs: frozenset[str] = frozenset()
+    decoupled: bool = False  # a step answers with zero or many responses, so the ensemble does too (stream only)
     _plans: dict[frozenset[str], ExecutionPlan] = field(default_factory=dict, repr=False)
 
     def step_models(self) -> set[str]:
@@ -167,6 +169,7 @@ def build_graph(
         consumers=MappingProxyType({tensor: tuple(indices) for tensor, indices in consumers.items()}),
         topological_order=order,
         optional_inputs=frozenset(t.name for t in ensemble_config.input if t.optional),
+        decoupled=any(step.decoupled for step in steps),
     )
 
 
@@ -198,8 +201,6 @@ def _check_step(
             f"{where}: {label}: model '{model_name}' is itself an ensemble; nested ensembles are not "
             "supported, list its steps in this ensemble instead"
         )
-    if model.model_transaction_policy.decoupled:
-        raise ConfigError(f"{where}: {label}: model '{model_name}' is decoupled; ensembles need one response")
     if 0 < model.max_batch_size < ensemble_max_batch:
         raise ConfigError(
             f"{where}: {label}: ensemble allows max_batch_size {ensemble_max_batch} but model "
@@ -241,6 +242,7 @@ def _check_step(
         model_version=version if version > 0 else -1,
         input_map=frozen_map(raw.input_map),
         output_map=frozen_map(raw.output_map),
+        decoupled=model.model_transaction_policy.decoupled,
     )
 
 

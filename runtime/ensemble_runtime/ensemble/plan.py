@@ -24,6 +24,7 @@ class Step:
     model_version: int
     input_map: Mapping[str, str]
     output_map: Mapping[str, str]
+    decoupled: bool = False  # the model answers with zero or many responses (ensemble/streaming.py)
 
     @property
     def label(self) -> str:

@@ -14,10 +14,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, internal
+from ensemble_runtime.errors import ErrorCode, InferenceError, bounded
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
 from ensemble_runtime.protocol.decode_guard import DecodeGuard
+from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
+from ensemble_runtime.protocol.grpc_stream import StreamSession
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.restrictions import Restrictions
@@ -43,8 +45,9 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, stream_limit: int = DEFAULT_STREAM_LIMIT) -> None:
         self._dp = dataplane
+        self._stream_limit = stream_limit  # requests of one ModelStreamInfer in flight at once
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._dp.live())
@@ -128,13 +131,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return await _guard(context, lambda: self._infer(request))
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
-        async for request in request_iterator:
-            try:
-                yield pb.ModelStreamInferResponse(infer_response=await self._infer(request))
-            except InferenceError as exc:
-                yield pb.ModelStreamInferResponse(error_message=bounded(exc.message))
-            except Exception as exc:
-                yield pb.ModelStreamInferResponse(error_message=bounded(str(internal(f"{type(exc).__name__}: {exc}"))))
+        async for message in StreamSession(self._dp, self._stream_limit).run(request_iterator):
+            yield message
 
 
     # ---- shared memory (protocol/shared_memory_api.py) ------------------------------------------------------
@@ -199,7 +197,8 @@ class Health:
 
 
 def build_grpc_server(
-    dataplane: DataPlane, health: Health, max_message_bytes: int, restrictions: Restrictions | None = None
+    dataplane: DataPlane, health: Health, max_message_bytes: int, restrictions: Restrictions | None = None,
+    stream_limit: int = DEFAULT_STREAM_LIMIT,
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
     server = grpc.aio.server(
@@ -211,7 +210,7 @@ def build_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane, stream_limit), server)
     health.follow(dataplane.ready)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     return server

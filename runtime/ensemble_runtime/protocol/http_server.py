@@ -11,7 +11,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import shared_memory_api, status_codes
@@ -138,7 +138,7 @@ class _Routes:
             body = await read_body(request, self._body)
         shm = self._dp.shared_memory
         decoded = await sized(len(body), codec.decode_infer_request, body, header_length, model, version, shm)
-        response = await self._dp.infer(decoded.request, decoded.declared)
+        response = await self._dp.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
         size = sum(int(array.nbytes) for array in response.outputs.values())
         payload, header_length_out = await sized(size, codec.encode_infer_response, response, decoded, shm)
         if header_length_out is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import threading
@@ -16,6 +17,7 @@ from ensemble_runtime.backends.python import PythonBackend
 from ensemble_runtime.config.model_config import ConfigError, apply_defaults, read_config
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
+from ensemble_runtime.responses import ResponseChannel, StreamItem
 
 from .conftest import Harness, Run, config_of, in_process_caller
 
@@ -280,16 +282,28 @@ def test_missing_model_file_is_named(repo: Path) -> None:
         PythonBackend().prepare_config(config, repo / "empty" / "1")
 
 
-def test_decoupled_models_are_refused(repo: Path) -> None:
+def test_decoupled_model_whose_execute_returns_responses_gets_tritons_error(repo: Path) -> None:
+    """A decoupled model must answer through its response senders; add_sub returns a list, so each request
+    ends with Triton's error as its final response (the model loads, the request fails, nothing hangs)."""
     config = config_of(repo, "add_sub")
     config.model_transaction_policy.decoupled = True
 
     async def caller(request: Any) -> Any:
         raise AssertionError("not called")
 
-    context = LoadContext(config, 1, repo / "add_sub" / "1", repo / "add_sub", caller)
-    with pytest.raises(ConfigError, match="decoupled"):
-        asyncio.run(PythonBackend().load(context))
+    async def body() -> list[StreamItem]:
+        context = LoadContext(config, 1, repo / "add_sub" / "1", repo / "add_sub", caller)
+        (instance,) = await PythonBackend().load(context)
+        channel = ResponseChannel(asyncio.get_running_loop())
+        request = dataclasses.replace(add_sub_request(), responses=channel)
+        assert await instance.execute([request]) == [{}]
+        items = [item async for item in channel.items()]
+        await instance.close()
+        return items
+
+    (item,) = asyncio.run(body())
+    assert item.final and item.error is not None
+    assert "is using the decoupled mode and the execute function must return None" in item.error.message
 
 
 def test_execute_inline_runs_on_the_event_loop_thread(run: Run) -> None:

@@ -60,11 +60,6 @@ class PythonBackend:
     async def load(self, context: LoadContext) -> list[ModelInstance]:
         config = context.config
         path = _model_file(config, context.version_path)
-        if config.model_transaction_policy.decoupled:
-            raise ConfigError(
-                f"model '{config.name}': decoupled Python models (model_transaction_policy.decoupled) "
-                "are not supported by this runtime"
-            )
         loop = asyncio.get_running_loop()
         module = await loop.run_in_executor(None, _import, path, config, context.version_path)
         model_class = getattr(module.module, MODEL_CLASS, None)
@@ -73,7 +68,8 @@ class PythonBackend:
             raise ConfigError(f"model '{config.name}': {path} defines no class {MODEL_CLASS}")
         slots = _instance_slots(config)
         release = _Countdown(len(slots), module)
-        target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name)
+        target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name,
+                               stream_caller=context.stream_caller)
         output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
@@ -83,7 +79,7 @@ class PythonBackend:
                 model = model_class()
                 instances.append(
                     PythonInstance(model, config.name, slot.name, target, output_types, release, inline=inline,
-                                   version=context.version)
+                                   version=context.version, decoupled=config.model_transaction_policy.decoupled)
                 )
         except BaseException as exc:
             if must_propagate(exc):

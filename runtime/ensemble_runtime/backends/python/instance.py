@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 import queue
@@ -14,15 +15,18 @@ from typing import Any, TypeVar
 
 from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.python import bls
+from ensemble_runtime.backends.python.decoupled import InferenceResponseSender
 from ensemble_runtime.backends.python.pb_utils import (
     InferenceRequest,
     InferenceResponse,
     Tensor,
+    TritonModelException,
     error_code_of,
 )
 from ensemble_runtime.dtypes import numpy_to_wire
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate
 from ensemble_runtime.inference import BackendRequest, BackendResult
+from ensemble_runtime.responses import StreamItem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,8 +97,10 @@ class PythonInstance:
         *,
         inline: bool = False,
         version: int = 0,
+        decoupled: bool = False,
     ) -> None:
         self._version = version
+        self._decoupled = decoupled  # answers through response senders; execute returns None
         self._inline = inline  # run a synchronous execute on the loop (opt-in per model, see backend.py)
         self._model = model
         self._name = name
@@ -154,6 +160,8 @@ class PythonInstance:
             bls.BLS_TARGET.reset(token)
 
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        if self._decoupled:
+            return await self._execute_decoupled(requests)
         pb_requests = [_incoming(request) for request in requests]
         try:
             responses = await self._execute(pb_requests)
@@ -174,6 +182,58 @@ class PythonInstance:
             )
             return [failure] * len(requests)
         return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
+
+    async def _execute_decoupled(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """Hand each request its response sender and run `execute`; the request's result is `{}` once
+        `execute` returns (the instance is free again), its responses go through its channel. If `execute`
+        fails or returns something other than None, every request not yet finished gets the error as its
+        final response, as Triton's python_backend does."""
+        senders: list[InferenceResponseSender] = []
+        for request in requests:
+            if request.responses is None:  # an ensemble or the data plane always gives one; never None here
+                return [internal(f"model '{self._name}' is decoupled but the request has no response channel")] \
+                    * len(requests)
+            convert = functools.partial(self._stream_item, request)
+            senders.append(InferenceResponseSender(request.responses, convert, self._name))
+        pb_requests = [_incoming(request, sender) for request, sender in zip(requests, senders, strict=True)]
+        error: InferenceError | None = None
+        try:
+            returned = await self._execute(pb_requests)
+        except ModelExitError as exc:
+            error = exc
+        except Exception as exc:
+            error = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
+        else:
+            if returned is not None:
+                error = internal(
+                    f"Python model '{self._name}' is using the decoupled mode and the execute function must "
+                    "return None."
+                )
+        if error is not None:
+            for sender in senders:
+                sender.fail(error)
+        return [{} for _ in requests]
+
+    def _stream_item(self, request: BackendRequest, response: object, final: bool) -> StreamItem:
+        """A response a decoupled model sent: its outputs the request asked for (all when it named none),
+        their types checked against the config, or its error."""
+        if not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"InferenceResponseSender.send() takes a pb_utils.InferenceResponse, got {type(response).__name__}"
+            )
+        error = response.error()
+        if error is not None:
+            return StreamItem(error=InferenceError(error_code_of(error), error.message()), final=final)
+        wanted = request.requested_outputs
+        outputs = {}
+        for tensor in response.output_tensors():
+            if wanted and tensor.name() not in wanted:
+                continue
+            mismatch = self._type_mismatch(tensor)
+            if mismatch:
+                return StreamItem(error=internal(mismatch), final=final)
+            outputs[tensor.name()] = tensor.as_numpy()
+        return StreamItem(outputs=outputs, final=final)
 
     def _result(self, request: BackendRequest, response: Any) -> BackendResult:
         if not isinstance(response, InferenceResponse):
@@ -234,8 +294,8 @@ class PythonInstance:
             self._on_close()
 
 
-def _incoming(request: BackendRequest) -> InferenceRequest:
-    return InferenceRequest(
+def _incoming(request: BackendRequest, sender: InferenceResponseSender | None = None) -> InferenceRequest:
+    incoming = InferenceRequest(
         request_id=request.request_id,
         inputs=[Tensor(name, array) for name, array in request.inputs.items()],
         requested_output_names=list(request.requested_outputs),
@@ -243,3 +303,6 @@ def _incoming(request: BackendRequest) -> InferenceRequest:
         correlation_id=request.correlation_id,
         flags=request.flags,
     )
+    if sender is not None:
+        incoming.attach_response_sender(sender)
+    return incoming

@@ -1,14 +1,14 @@
 """The `triton_python_backend_utils` API that Triton's `model.py` files use, implemented in process.
 
-Names, signatures and semantics follow Triton's python_backend; what this runtime cannot offer (decoupled
-response senders, GPU tensors) raises `TritonModelException` saying so.
+Names, signatures and semantics follow Triton's python_backend; what this runtime cannot offer (GPU tensors)
+raises `TritonModelException` saying so. Decoupled models: `backends/python/decoupled.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ensemble_runtime.backends.python import bls
@@ -144,6 +144,11 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = _parameters_dict(parameters)
+        self._response_sender: Any = None
+
+    def attach_response_sender(self, sender: Any) -> None:
+        """Set by the runtime on the requests a decoupled model's `execute` receives."""
+        self._response_sender = sender
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -170,31 +175,64 @@ class InferenceRequest:
         return False
 
     def get_response_sender(self) -> Any:
-        raise TritonModelException(
-            "get_response_sender() is for decoupled models; this runtime serves Python models in "
-            "non-decoupled mode only: return one InferenceResponse per request from execute()"
-        )
+        if self._response_sender is None:
+            raise TritonModelException(
+                "get_response_sender() is for the requests a decoupled model receives (set "
+                "model_transaction_policy { decoupled: true }); otherwise return one InferenceResponse per "
+                "request from execute()"
+            )
+        return self._response_sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on another model of this server and wait (from a synchronous `execute`)."""
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on another model of this server and wait (from a synchronous `execute`).
+        `decoupled=True`: a generator of every response the model sends, an empty one for a final flag sent
+        alone, each fetched as the loop over it asks."""
         target = bls.current_target()
-        self._refuse_decoupled(decoupled)
+        self._check_target()
+        if decoupled:
+            return bls.iterate_sync(target, self._stream(target))
         return bls.run_sync(target, self._call(target))
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on another model of this server (from an `async def execute`)."""
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """Run this request on another model of this server (from an `async def execute`).
+        `decoupled=True`: the responses (as `exec(decoupled=True)` yields them), collected until the final
+        one, so that iterating over them never blocks the event loop; `for` and `async for` both work."""
         target = bls.current_target()
-        self._refuse_decoupled(decoupled)
-        if asyncio.get_running_loop() is target.loop:
-            return await self._call(target)
-        future = asyncio.run_coroutine_threadsafe(self._call(target), target.loop)
-        return await asyncio.wrap_future(future)
-
-    def _refuse_decoupled(self, decoupled: bool) -> None:
+        self._check_target()
         if decoupled:
-            raise TritonModelException("decoupled BLS calls (exec(decoupled=True)) are not supported")
+            return _Responses(await self._on_loop(target, self._collect(target)))
+        return await self._on_loop(target, self._call(target))
+
+    @staticmethod
+    async def _on_loop(target: bls.BlsTarget, coroutine: Any) -> Any:
+        if asyncio.get_running_loop() is target.loop:
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, target.loop))
+
+    def _check_target(self) -> None:
         if not self._model_name:
             raise TritonModelException("a BLS InferenceRequest needs model_name")
+
+    async def _collect(self, target: bls.BlsTarget) -> list[InferenceResponse]:
+        return [response async for response in self._stream(target)]
+
+    async def _stream(self, target: bls.BlsTarget) -> AsyncIterator[InferenceResponse]:
+        if target.stream_caller is None:
+            yield InferenceResponse(error=TritonError("decoupled BLS calls are not available here",
+                                                      TritonError.UNSUPPORTED))
+            return
+        try:
+            async for item in target.stream_caller(self.to_infer_request()):
+                if item.error is not None:
+                    yield _error_response(item.error)
+                elif item.response is not None:
+                    yield _from_infer_response(item.response)
+                else:  # the final flag alone: Triton's iterator ends with an empty response
+                    yield InferenceResponse()
+        except InferenceError as exc:
+            yield _error_response(exc)
+        except Exception as exc:
+            yield InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}", TritonError.INTERNAL))
 
     def to_infer_request(self) -> InferRequest:
         parameters = dict(self._parameters)
@@ -215,12 +253,31 @@ class InferenceRequest:
         try:
             response = await target.caller(self.to_infer_request())
         except InferenceError as exc:
-            return InferenceResponse(
-                error=TritonError(exc.message, ERROR_TO_TRITON.get(exc.code, TritonError.INTERNAL))
-            )
+            return _error_response(exc)
         except Exception as exc:
             return InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}", TritonError.INTERNAL))
         return _from_infer_response(response)
+
+
+class _Responses:
+    """The responses `async_exec(decoupled=True)` returns: iterable with `for` and with `async for`."""
+
+    def __init__(self, responses: list[InferenceResponse]) -> None:
+        self._responses = responses
+
+    def __iter__(self) -> Iterator[InferenceResponse]:
+        return iter(self._responses)
+
+    async def __aiter__(self) -> AsyncIterator[InferenceResponse]:
+        for response in self._responses:
+            yield response
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+
+def _error_response(exc: InferenceError) -> InferenceResponse:
+    return InferenceResponse(error=TritonError(exc.message, ERROR_TO_TRITON.get(exc.code, TritonError.INTERNAL)))
 
 
 def _from_infer_response(response: InferResponse) -> InferenceResponse:

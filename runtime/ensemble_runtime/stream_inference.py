@@ -1,0 +1,170 @@
+"""Streaming inference: every response of one request, for ModelStreamInfer and BLS `exec(decoupled=True)`.
+
+A model that is not decoupled gives exactly one response (the data plane's ordinary `infer`, unchanged). A
+decoupled Python model gives zero or many through its response channel; an ensemble with a decoupled step
+gives one response per pass through its graph (ensemble/streaming.py), each carrying the `ensemble_versions`
+of the one version set the request started on, and then the final flag alone. The versions a request uses
+stay acquired until its last response, so a rollover drains it before unloading them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import TYPE_CHECKING
+
+from ensemble_runtime.ensemble import EnsembleGraph, Step
+from ensemble_runtime.ensemble.streaming import stream_ensemble
+from ensemble_runtime.errors import unavailable
+from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, ParamValue, Tensor
+from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.responses import ResponseChannel, StreamItem, StreamResponse
+from ensemble_runtime.validation import check_inputs, check_requested
+
+if TYPE_CHECKING:
+    from ensemble_runtime.dataplane import DataPlane
+
+# Triton's refusal of a decoupled model outside the stream API; `{}` is the endpoint ("ModelInfer RPC",
+# "HTTP end point", ...).
+DECOUPLED_REFUSAL = "{} doesn't support models with decoupled transaction policy"
+
+
+def is_decoupled(lv: LoadedVersion) -> bool:
+    return bool(lv.config.model_transaction_policy.decoupled)
+
+
+async def infer_stream(
+    dp: DataPlane, request: InferRequest, declared: Mapping[str, str] | None = None
+) -> AsyncGenerator[StreamResponse, None]:
+    if not dp.accepting:
+        raise unavailable("server is shutting down and no longer accepts requests")
+    lv = dp.registry.find(request.model_name, request.model_version)
+    ensemble = dp.registry.records[request.model_name].ensemble
+    if not (ensemble.graph.decoupled if ensemble is not None else is_decoupled(lv)):
+        yield StreamResponse(await dp.infer(request, declared), final=True)
+        return
+    sig = dp.signature(lv)
+    inputs = check_inputs(sig, request.inputs, declared or {})
+    requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
+    backend_request = BackendRequest(inputs, requested, request.parameters, request.id)
+    start = time.perf_counter_ns()
+    dp.in_flight += 1
+    try:
+        if ensemble is not None:
+            responses = _ensemble(dp, lv, ensemble.graph, backend_request)
+        else:
+            responses = _model(lv, backend_request)
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield response
+    except Exception:
+        lv.stats.fail.add(time.perf_counter_ns() - start)
+        raise
+    finally:
+        dp.in_flight -= 1
+    lv.stats.success.add(time.perf_counter_ns() - start)
+    lv.stats.last_inference_ms = int(time.time() * 1000)
+
+
+async def model_items(
+    lv: LoadedVersion, request: BackendRequest, channel: ResponseChannel | None = None
+) -> AsyncGenerator[StreamItem, None]:
+    """What a decoupled model sends for `request`, up to its final flag. Closing the generator early (the
+    client went away) cancels the channel: the model sees `is_cancelled()`, later sends are dropped."""
+    scheduler = lv.scheduler
+    if scheduler is None:
+        raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
+    channel = channel or ResponseChannel(asyncio.get_running_loop())
+    try:
+        await scheduler.submit(dataclasses.replace(request, responses=channel))
+        async for item in channel.items():
+            yield item
+    finally:
+        channel.cancel()
+
+
+async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[StreamResponse, None]:
+    Registry.acquire(lv)
+    try:
+        async with contextlib.aclosing(model_items(lv, request)) as items:
+            async for item in items:
+                if item.error is not None:
+                    yield StreamResponse(error=item.error, final=item.final)
+                elif item.outputs is not None:
+                    response = InferResponse(lv.model, str(lv.version), item.outputs, request.request_id)
+                    yield StreamResponse(response, final=item.final)
+                else:
+                    yield StreamResponse(final=True)
+    finally:
+        Registry.release(lv)
+
+
+async def _ensemble(
+    dp: DataPlane, lv: LoadedVersion, graph: EnsembleGraph, request: BackendRequest
+) -> AsyncGenerator[StreamResponse, None]:
+    steps = dict(dp.registry.ensemble_set(lv.model))  # one version set for every response of the request
+    if not steps:
+        raise unavailable(f"ensemble '{lv.model}' has no ready version set")
+    for step_lv in steps.values():
+        Registry.acquire(step_lv)
+    Registry.acquire(lv)
+    parameters: dict[str, ParamValue] = {"ensemble_versions": describe_set(steps)}
+    active: list[ResponseChannel] = []  # the decoupled steps whose responses are being run downstream
+
+    async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
+        step_lv = steps[step.index]
+        scheduler = step_lv.scheduler
+        if scheduler is None:
+            raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
+        started = time.perf_counter_ns()
+        try:
+            result = await scheduler.submit(step_request)
+        except Exception:
+            step_lv.stats.fail.add(time.perf_counter_ns() - started)
+            raise
+        step_lv.stats.success.add(time.perf_counter_ns() - started)
+        return result
+
+    async def stream_step(step: Step, step_request: BackendRequest) -> AsyncGenerator[dict[str, Tensor], None]:
+        step_lv = steps[step.index]
+        started = time.perf_counter_ns()
+        channel = ResponseChannel(asyncio.get_running_loop())
+        active.append(channel)
+        try:
+            async with contextlib.aclosing(model_items(step_lv, step_request, channel)) as items:
+                async for item in items:
+                    if item.error is not None:
+                        step_lv.stats.fail.add(time.perf_counter_ns() - started)
+                        raise item.error
+                    if item.outputs is not None:
+                        yield item.outputs
+        finally:
+            active.remove(channel)
+        step_lv.stats.success.add(time.perf_counter_ns() - started)
+
+    try:
+        outputs = stream_ensemble(
+            graph, request.inputs, request.requested_outputs, call_step, stream_step,
+            streams=lambda step: is_decoupled(steps[step.index]),
+            request_id=request.request_id,
+        )
+        final_sent = False
+        async with contextlib.aclosing(outputs):
+            async for values in outputs:
+                response = InferResponse(
+                    lv.model, str(lv.version), {n: values[n] for n in request.requested_outputs},
+                    request.request_id, dict(parameters),
+                )
+                # As Triton's ensemble: the response carries the final flag when, as it is sent, every
+                # decoupled step has already sent its own (nothing more can follow); else the flag comes alone.
+                final_sent = all(channel.drained for channel in active)
+                yield StreamResponse(response, final=final_sent)
+        if not final_sent:
+            yield StreamResponse(final=True)
+    finally:
+        for step_lv in steps.values():
+            Registry.release(step_lv)
+        Registry.release(lv)
