@@ -15,10 +15,6 @@ SERVERS = ["ours", pytest.param("triton", marks=[pytest.mark.triton,
                                                  pytest.mark.skipif(_NO_TRITON is not None, reason=_NO_TRITON or "")])]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "triton: needs the real Triton peer (tools/setup-triton.sh; skipped without it)")
-
-
 @pytest.fixture(scope="package")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo.build(tmp_path_factory.mktemp("shm-repo"))
