@@ -155,3 +155,36 @@ def test_many_regions_at_once(ours: RuntimeProcess) -> None:
         for handle in handles.values():
             shm.destroy_shared_memory_region(handle)
     still_serves(ours, "http")
+
+
+def test_stream_reads_and_writes_shared_memory(ours: RuntimeProcess) -> None:
+    """ModelStreamInfer takes inputs from and writes outputs into registered regions, as ModelInfer does."""
+    size = IN0.nbytes
+    keys = {"stream_in": _key(), "stream_out": _key()}
+    handles = {name: shm.create_shared_memory_region(name, key, size * 2) for name, key in keys.items()}
+    results: list[Any] = []
+    client = ours.grpc_client()
+    try:
+        shm.set_shared_memory_region(handles["stream_in"], [IN0, IN1])
+        for name, key in keys.items():
+            client.register_system_shared_memory(name, key, size * 2)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_shared_memory("stream_in", size)
+        inputs[1].set_shared_memory("stream_in", size, offset=size)
+        outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
+        outputs[0].set_shared_memory("stream_out", size)
+        outputs[1].set_shared_memory("stream_out", size, offset=size)
+        client.start_stream(callback=lambda result, error: results.append(error or result))
+        client.async_stream_infer("simple", inputs, outputs=outputs, request_id="s1")
+        client.stop_stream()  # waits for the stream's responses
+        assert len(results) == 1 and not isinstance(results[0], Exception), results
+        assert results[0].get_response().id == "s1"
+        for offset, expected in ((0, IN0 + IN1), (size, IN0 - IN1)):
+            got = shm.get_contents_as_numpy(handles["stream_out"], np.int32, [1, 16], offset=offset)
+            np.testing.assert_array_equal(got, expected.reshape(1, 16))
+    finally:
+        client.unregister_system_shared_memory()
+        client.close()
+        for handle in handles.values():
+            shm.destroy_shared_memory_region(handle)
+    still_serves(ours, "grpc")
