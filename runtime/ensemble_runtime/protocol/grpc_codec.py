@@ -120,8 +120,6 @@ def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[st
     for output in request.outputs:
         if output.name in output_params:
             raise invalid(f"output {quote_name(output.name)} is requested more than once")
-        if "classification" in output.parameters:
-            raise invalid(f"output {quote_name(output.name)}: the classification extension is not supported")
         _no_shared_memory("output", output.name, output.parameters)
         outputs.append(output.name)
         output_params[output.name] = {k: _param(v) for k, v in output.parameters.items()}
