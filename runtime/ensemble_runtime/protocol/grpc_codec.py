@@ -99,6 +99,12 @@ def _no_shared_memory(kind: str, name: str, parameters: Any) -> None:
 def decode_request(request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, str]]:
     """ModelInferRequest -> (InferRequest, datatype each input declared)."""
     raw = request.raw_input_contents
+    for tensor in request.inputs if raw else ():
+        if tensor.HasField("contents"):  # Triton's message, which clients check
+            raise invalid(
+                f"contents field must not be specified when using raw_input_contents for {quote_name(tensor.name)} "
+                f"for model {quote_name(request.model_name)}"
+            )
     if raw and len(raw) != len(request.inputs):
         raise invalid(
             f"expected {len(request.inputs)} raw input contents (one per input) but got {len(raw)}"
