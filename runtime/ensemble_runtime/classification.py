@@ -75,7 +75,7 @@ def classify(name: str, array: Tensor, count: int, batched: bool, labels: Sequen
     per_entry = batched and array.ndim > 0
     rows = [array[i].reshape(-1) for i in range(array.shape[0])] if per_entry else [array.reshape(-1)]
     results = [top_k(row, count, labels) for row in rows]
-    width = min(count, rows[0].size) if rows else 0
+    width = min(count, int(np.prod(array.shape[1:])) if per_entry else array.size)
     out = np.empty((len(rows), width), dtype=np.object_)
     for i, row in enumerate(results):
         out[i, : len(row)] = row
