@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 import tritonclient.grpc as grpcclient
 from ensemble_examples.triton_repository import build_triton_examples
 
@@ -83,3 +84,9 @@ def check_sum_and_difference(result: Any, in0: npt.NDArray[Any], in1: npt.NDArra
     for i in range(16):
         assert in0[0][i] + in1[0][i] == out0[0][i], ("incorrect sum", i, out0)
         assert in0[0][i] - in1[0][i] == out1[0][i], ("incorrect difference", i, out1)
+
+
+def xfail_on_ours(request: Any, server: ServerProcess, reason: str) -> None:
+    """Mark this run expected to fail against ours only (a feature another part of issue 11 brings)."""
+    if server.label == "runtime":
+        request.applymarker(pytest.mark.xfail(strict=False, reason=reason))
