@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime import __version__
+from ensemble_runtime import __version__, classification
 from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
@@ -18,14 +18,13 @@ from ensemble_runtime.errors import (
     InferenceError,
     ResponseError,
     internal,
-    invalid,
     not_found,
     quote_name,
     unavailable,
 )
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import IndexEntry, ModelManager
-from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
+from ensemble_runtime.registry import LoadedVersion, Registry, describe_set, parse_version
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
@@ -42,8 +41,8 @@ GRPC_ENDPOINT = "ModelInfer RPC"  # how Triton names the endpoint that refuses d
 HTTP_ENDPOINT = "HTTP end point"
 BLS_ENDPOINT = "InferenceRequest.exec() without decoupled=True"
 EXTENSIONS = (
-    "model_repository", "model_repository(unload_dependents)", "statistics", "binary_tensor_data",
-    "system_shared_memory", "cuda_shared_memory",
+    "classification", "model_configuration", "model_repository", "model_repository(unload_dependents)", "statistics",
+    "binary_tensor_data", "system_shared_memory", "cuda_shared_memory",
 )
 
 
@@ -53,6 +52,7 @@ class DataPlane:
     manager: ModelManager
     strict_readiness: bool = True
     repository_control: bool = False  # load/unload answer only in explicit model control mode, as in Triton
+    server_name: str = SERVER_NAME  # --server-name: what server metadata calls this server
     storage: Storage = field(default_factory=lambda: Storage([], Registry()))
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
@@ -77,6 +77,7 @@ class DataPlane:
         return self.manager.ready()
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        parse_version(version)  # a version that is no number is INVALID_ARGUMENT, as in Triton, not "not ready"
         try:
             self.registry.find(name, version)
         except InferenceError:
@@ -85,7 +86,7 @@ class DataPlane:
 
     # ---- metadata -----------------------------------------------------------------------------
     def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
-        return SERVER_NAME, __version__, EXTENSIONS
+        return self.server_name, __version__, EXTENSIONS
 
     def model_version(self, name: str, version: str = "") -> LoadedVersion:
         return self.registry.find(name, version)
@@ -94,6 +95,8 @@ class DataPlane:
         rec = self.registry.records.get(name)
         if rec is None or rec.config is None:
             raise not_found(f"Request for unknown model: {quote_name(name)} is not found")
+        if not rec.served:  # not loaded (unloaded, or its load failed): Triton serves no config either
+            raise not_found(f"Request for unknown model: {quote_name(name)} has no available versions")
         if version:
             return self.registry.find(name, version).config
         default = rec.default_version()
@@ -169,7 +172,7 @@ class DataPlane:
     async def load(self, name: str, config_override: str | None = None) -> None:
         self.require_repository_control()
         if not valid_model_name(name):  # never looked up: the answer an unknown name gets
-            raise invalid(load_failed(name, not_in_repository(name)))
+            raise internal(load_failed(name, not_in_repository(name)))
         try:
             await self.manager.load([name], {name: config_override} if config_override else None)
         finally:  # asked for from now on, loaded or not (not if no repository has it)
@@ -208,6 +211,7 @@ class DataPlane:
         try:
             inputs = check_inputs(sig, request.inputs, declared or {})
             requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
+            classes = classification.class_counts(request.output_parameters)
             backend_request = BackendRequest(
                 inputs, requested, request.parameters, request.id,
                 tag.correlation_id if tag else 0, tag.flags if tag else 0,
@@ -238,10 +242,13 @@ class DataPlane:
         missing = [n for n in requested if n not in outputs]
         if missing:
             raise internal(f"model {quote_name(request.model_name)} did not produce requested output(s) {missing}")
+        selected = {n: outputs[n] for n in requested}
+        if classes:
+            selected = classification.apply(selected, classes, lv.config.max_batch_size > 0, lv.labels)
         return InferResponse(
             model_name=request.model_name,
             model_version=str(lv.version),
-            outputs={n: outputs[n] for n in requested},
+            outputs=selected,
             id=request.id,
             parameters=parameters,
         )

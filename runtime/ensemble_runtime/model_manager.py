@@ -12,6 +12,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.config.config_files import ConfigFiles
+from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import (
     ConfigError,
     apply_defaults,
@@ -23,7 +24,7 @@ from ensemble_runtime.config.model_config import (
 from ensemble_runtime.config.names import load_failed, not_in_repository
 from ensemble_runtime.config.paths import check_config_paths
 from ensemble_runtime.ensemble.graph import build_graph
-from ensemble_runtime.errors import InferenceError, invalid, not_found, quote_name
+from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name
 from ensemble_runtime.keyed_locks import KeyedLocks
 from ensemble_runtime.load_journal import DIED_LOADING
 from ensemble_runtime.memory import MemoryPolicy
@@ -37,6 +38,14 @@ log = logging.getLogger(__name__)
 
 ENSEMBLE_VERSION = 1  # an ensemble needs no version folder; it serves as version 1 unless folders say otherwise
 
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailure:
+    """Why one model of a load operation failed; `before_loading`: it was not found, or its config refused."""
+
+    message: str
+    before_loading: bool = False
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
@@ -181,13 +190,16 @@ class ModelManager:
             *(self._load_group(group, overrides, fetch) for group in self._groups(names, overrides)),
             return_exceptions=True,
         )
-        errors: list[str] = []
+        failures: list[LoadFailure] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-            errors.extend(outcome)
-        if errors:
-            raise invalid("; ".join(dict.fromkeys(errors)))
+            failures.extend(outcome)
+        if failures:
+            message = "; ".join(dict.fromkeys(f.message for f in failures))
+            # As Triton: a model it cannot find or whose config it cannot read or accept is INTERNAL (HTTP 500)
+            # "failed to load '<model>'..."; a model found whose versions then fail to load is INVALID_ARGUMENT.
+            raise internal(message) if any(f.before_loading for f in failures) else invalid(message)
 
     def _closure(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
         """`names`, the loaded ensembles over them and the steps of every ensemble among those, steps first."""
@@ -204,7 +216,7 @@ class ModelManager:
             groups.append((seeds, closure))
         return [seeds for seeds, _ in groups]
 
-    async def _load_group(self, seeds: list[str], overrides: Mapping[str, str], fetch: bool) -> list[str]:
+    async def _load_group(self, seeds: list[str], overrides: Mapping[str, str], fetch: bool) -> list[LoadFailure]:
         held = self._closure(seeds, overrides)
         while True:
             async with self._locks.hold(held):
@@ -213,13 +225,15 @@ class ModelManager:
                     return await self._load_locked(wanted, overrides, fetch)
             held = list(dict.fromkeys(held + wanted))
 
-    async def _load_locked(self, wanted: list[str], overrides: Mapping[str, str], fetch: bool) -> list[str]:
+    async def _load_locked(
+        self, wanted: list[str], overrides: Mapping[str, str], fetch: bool
+    ) -> list[LoadFailure]:
         """Prepare every model of `wanted` (this operation holds their locks), then switch them at once."""
         wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
         for note in waits:
             log.info("%s", note)
         plans: dict[str, _Plan] = {}
-        errors: list[str] = [f"not switched: {note}" for note in waits] if fetch else []
+        errors = [LoadFailure(f"not switched: {note}") for note in waits] if fetch else []
         failed: set[str] = set()
         for name in wanted:
             try:
@@ -230,15 +244,15 @@ class ModelManager:
                     self.registry.record(name).reason = message
                 failed.add(name)
                 log.error("%s", load_failed(name, message))
-                errors.append(load_failed(name, message))
+                errors.append(LoadFailure(load_failed(name, message), before_loading=True))
         failed |= {name for name, plan in plans.items() if plan.failed}
         self._keep_old_sets(plans, failed)
         self._commit(list(plans.values()))
         for plan in plans.values():
             if plan.record.reason:
-                errors.append(f"failed to load '{plan.record.name}': {plan.record.reason}")
+                errors.append(LoadFailure(f"failed to load '{plan.record.name}': {plan.record.reason}"))
             if plan.record.ensemble is not None and plan.record.ensemble.reason:
-                errors.append(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}")
+                errors.append(LoadFailure(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}"))
         return errors
 
     def _ensembles_over(self, names: Collection[str]) -> list[str]:
@@ -278,6 +292,9 @@ class ModelManager:
             raise ConfigError(location.error)
         if override:
             raw = parse_config_override(override, f"config override for '{location.name}'")
+            if not raw.backend and not raw.platform:  # as Triton: the backend follows from the model's files
+                inferred = infer_platform(location)
+                raw.backend, raw.platform = inferred.backend, inferred.platform
         else:
             found = self.configs.read(location.path / "config.pbtxt")
             raw = found if found is not None else infer_platform(location)
@@ -403,6 +420,7 @@ class ModelManager:
             lv = LoadedVersion(model=rec.name, version=version, config=config, scheduler=None)
             rec.versions[version] = lv
         lv.config = config
+        lv.labels = read_labels(config, location.path)
         lv.state = VersionState.READY
         return _Plan(record=rec, served=(version,), config=config, ensemble=EnsembleState(graph=graph))
 

@@ -41,6 +41,7 @@ class LoadedVersion:
     reason: str = ""
     fingerprint: str = ""
     memory_bytes: int = 0
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -129,9 +130,9 @@ class Registry:
             found = rec.versions[number]
         else:
             default = rec.default_version()
-            if default is None:
+            if default is None:  # not loaded (never, unloaded, or failed): NOT_FOUND, as Triton answers
                 why = f": {rec.reason}" if rec.reason else ""
-                raise unavailable(f"Request for unavailable model: {shown} has no ready version{why}")
+                raise not_found(f"Request for unknown model: {shown} has no available versions{why}")
             found = default
         if rec.ensemble is not None and not rec.ready:
             raise unavailable(f"Request for unavailable model: ensemble {shown} is not ready: {rec.ensemble.reason}")

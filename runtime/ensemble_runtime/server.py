@@ -97,7 +97,8 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
                            uploading=storage.awaited_versions if storage.sources else None,
                            declared=storage.declared_models, explicit=settings.control_mode == ControlMode.EXPLICIT)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT)
+                          storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT,
+                          server_name=settings.server_name)
     holder.append(dataplane)
     return dataplane
 

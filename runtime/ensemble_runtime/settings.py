@@ -43,6 +43,7 @@ class RuntimeSettings(BaseModel):
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
     log_verbose: int = 0
+    server_name: str = "ensemble-runtime"
     memory_budget_bytes: int = 0
     memory_factor: float = 2.0
     memory_policy: str = "refuse"
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "is skipped after the restart (default: <model-cache-dir>/load-journal when "
                         "--model-cache-dir is given; the default cache dir is temporary, so none without it)")
     p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--server-name", default="ensemble-runtime",
+                   help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
+                        "NVIDIA's health examples, need --server-name=triton)")
     p.add_argument("--memory-budget-bytes", type=int, default=0,
                    help="memory a new version may take next to the loaded ones (0: no budget)")
     p.add_argument("--memory-factor", type=float, default=2.0,

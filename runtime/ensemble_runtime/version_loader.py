@@ -21,6 +21,7 @@ from ensemble_runtime.backends.base import (
     instance_count,
 )
 from ensemble_runtime.batching import BatchPolicy, Scheduler
+from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
 from ensemble_runtime.load_journal import LoadJournal
@@ -102,6 +103,7 @@ class VersionLoader:
         try:
             prepared = backend.prepare_config(config, path)
             lv.config = prepared
+            lv.labels = read_labels(prepared, model_path)
             self._check_instances(name, prepared)
             async with deadline:
                 instances = await backend.load(

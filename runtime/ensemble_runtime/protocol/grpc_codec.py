@@ -115,6 +115,12 @@ def decode_request(
     """ModelInferRequest -> (InferRequest, datatype each input declared). Inputs in shared memory are read from
     `shm` (raw contents then belong, in order, to the other inputs); outputs sent there are checked up front."""
     raw = request.raw_input_contents
+    for tensor in request.inputs if raw else ():
+        if tensor.HasField("contents"):  # Triton's message, which clients check
+            raise invalid(
+                f"contents field must not be specified when using raw_input_contents for {quote_name(tensor.name)} "
+                f"for model {quote_name(request.model_name)}"
+            )
     refs = [_shm_ref("input", tensor.name, tensor.parameters, shm) for tensor in request.inputs]
     plain = sum(1 for ref in refs if ref is None)
     if raw and len(raw) != plain:
@@ -148,8 +154,6 @@ def decode_request(
     for output in request.outputs:
         if output.name in output_params:
             raise invalid(f"output {quote_name(output.name)} is requested more than once")
-        if "classification" in output.parameters:
-            raise invalid(f"output {quote_name(output.name)}: the classification extension is not supported")
         out_ref = _shm_ref("output", output.name, output.parameters, shm)
         if out_ref is not None and shm is not None:
             check_output(shm, out_ref)

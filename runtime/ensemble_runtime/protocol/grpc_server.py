@@ -56,7 +56,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return pb.ServerReadyResponse(ready=self._dp.ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self._dp.model_ready(request.name, request.version))
+        async def run() -> pb.ModelReadyResponse:
+            return pb.ModelReadyResponse(ready=self._dp.model_ready(request.name, request.version))
+
+        return await _guard(context, run)
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         name, version, extensions = self._dp.server_metadata()

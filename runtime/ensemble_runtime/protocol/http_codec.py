@@ -19,7 +19,8 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import dtypes
-from ensemble_runtime.errors import NAME_LIMIT, ErrorCode, InferenceError, bounded, invalid, quote_name
+from ensemble_runtime.config.names import load_failed
+from ensemble_runtime.errors import NAME_LIMIT, ErrorCode, InferenceError, bounded, internal, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.model_manager import IndexEntry
 from ensemble_runtime.shared_memory import (
@@ -257,8 +258,6 @@ def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, 
         if name in requested:
             raise invalid(f"output {quote_name(name)} is requested more than once")
         params = requested[name] = _parameters(item.get("parameters"), f"output {quote_name(name)}")
-        if "classification" in params:
-            raise invalid(f"output {quote_name(name)}: the classification extension is not supported")
         ref = _shm_ref("output", name, params, shm)
         if ref is not None and shm is not None:
             check_output(shm, ref)
@@ -456,5 +455,6 @@ def load_config_override(body: bytes, model: str) -> str | None:
     try:
         json_format.Parse(raw, config)
     except (json_format.ParseError, RecursionError) as exc:
-        raise invalid(f"load request for '{model}': 'config' is not a valid JSON model config: {exc}") from None
+        # Triton answers 500 "failed to load '<model>', ..." (clients check for "failed to load")
+        raise internal(load_failed(model, f"'config' is not a valid JSON model config: {exc}")) from None
     return text_format.MessageToString(config)

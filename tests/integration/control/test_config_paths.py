@@ -57,11 +57,12 @@ def test_override_naming_a_path_outside_the_model_is_refused_grpc_and_http(
 
     with server.grpc_client() as client, pytest.raises(InferenceServerException) as refused:
         client.load_model("good", config=config)
-    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", refused.value
+    # Triton's answer to a config it refuses at load: INTERNAL / 500 "failed to load '<model>'..."
+    assert refused.value.status() == "StatusCode.INTERNAL", refused.value
     assert field in refused.value.message(), refused.value.message()
 
     status, body = http(server.http_url, "POST", "/v2/repository/models/good/load", load_body(config))
-    assert status == 400, body
+    assert status == 500, body
     assert field in json.loads(body)["error"], body
 
     assert not layout.marker.exists(), "the file outside the repository ran"
@@ -94,7 +95,8 @@ def test_names_outside_the_repository_get_the_unknown_name_answer(server: Runtim
         # a long name is echoed cut short (errors.quote_name): compare the answers with the name as quoted
         grpc_answers[name] = (refused.value.status(), refused.value.message().replace(quote_name(name), "'<name>'"))
     assert len(set(grpc_answers.values())) == 1, grpc_answers
-    assert grpc_answers["no_such_model"][0] == "StatusCode.INVALID_ARGUMENT"
+    assert grpc_answers["no_such_model"][0] == "StatusCode.INTERNAL"  # Triton's code for an unknown model's load
+    assert grpc_answers["no_such_model"][1].startswith("failed to load '<name>'"), grpc_answers
     for quoted, name in (("no_such_model", "no_such_model"), ("..%2Foutside", "../outside"),
                          ("..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"), ("%2E%2E", "..")):
         status, body = http(server.http_url, "POST", f"/v2/repository/models/{quoted}/load", b"{}")

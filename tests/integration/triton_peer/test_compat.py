@@ -114,3 +114,16 @@ def test_same_error_status(servers: dict[str, RuntimeProcess | TritonPeer], prot
             call(PROTOCOLS[protocol], client)
         statuses[name] = caught.value.status()
     assert statuses == {"ours": expected[protocol], "triton": expected[protocol]}
+
+
+def test_same_answer_to_a_version_that_is_no_number(servers: dict[str, RuntimeProcess | TritonPeer]) -> None:
+    """gRPC metadata and readiness of version 'abc': INVALID_ARGUMENT 'failed to get model version from
+    specified version string 'abc'' from both (the rest of Triton's message differs: '(details: stol)')."""
+    answers = {}
+    for name, client in _clients(servers, "grpc").items():
+        for what, call in (("metadata", client.get_model_metadata), ("ready", client.is_model_ready)):
+            with pytest.raises(InferenceServerException) as caught:
+                call("chain2", "abc")
+            prefix = "failed to get model version from specified version string 'abc'"
+            answers[name, what] = (caught.value.status(), prefix in caught.value.message())
+    assert set(answers.values()) == {("StatusCode.INVALID_ARGUMENT", True)}, answers
