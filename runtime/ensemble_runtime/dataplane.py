@@ -23,8 +23,9 @@ from ensemble_runtime.errors import (
     unavailable,
 )
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
-from ensemble_runtime.model_manager import IndexEntry, ModelManager
+from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set, parse_version
+from ensemble_runtime.repository_index import IndexEntry
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry

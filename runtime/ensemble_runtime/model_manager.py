@@ -26,11 +26,13 @@ from ensemble_runtime.config.paths import check_config_paths
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import InferenceError, internal, invalid, not_found, quote_name
 from ensemble_runtime.keyed_locks import KeyedLocks
+from ensemble_runtime.load_groups import Peek, closure, groups
 from ensemble_runtime.load_journal import DIED_LOADING
 from ensemble_runtime.memory import MemoryPolicy
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry, VersionState
 from ensemble_runtime.repository.local import ModelLocation, infer_platform, scan_roots, version_fingerprint
 from ensemble_runtime.repository.policy import select_versions
+from ensemble_runtime.repository_index import IndexEntry, index_entries
 from ensemble_runtime.version_loader import VersionLoader
 from ensemble_runtime.version_sets import hold_for_uploads, resolve_ensemble_set
 
@@ -46,14 +48,6 @@ class LoadFailure:
 
     message: str
     before_loading: bool = False
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    name: str
-    version: str
-    state: str
-    reason: str
-
 
 @dataclass
 class _Plan:
@@ -134,27 +128,7 @@ class ModelManager:
             task.cancel()
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        entries: list[IndexEntry] = []
-        names = sorted(set(self._locations) | set(self.registry.records))
-        for name in names:
-            rec = self.registry.records.get(name)
-            if rec is None or (not rec.versions and not rec.reason):
-                if not ready_only:
-                    entries.append(IndexEntry(name, "", "", "unloaded" if rec else ""))
-                continue
-            if not rec.versions:
-                if not ready_only:
-                    entries.append(IndexEntry(name, "", VersionState.UNAVAILABLE.value, rec.reason))
-                continue
-            for number, lv in sorted(rec.versions.items()):
-                state = lv.state.value
-                reason = lv.reason
-                if rec.ensemble is not None and not rec.ready:
-                    state, reason = VersionState.UNAVAILABLE.value, rec.ensemble.reason or rec.reason
-                if ready_only and state != VersionState.READY.value:
-                    continue
-                entries.append(IndexEntry(name, str(number), state, reason))
-        return entries
+        return index_entries(self._locations, self.registry.records, ready_only)
 
     async def load(
         self, names: Iterable[str], overrides: Mapping[str, str] | None = None, *, fetch: bool = True
@@ -187,7 +161,7 @@ class ModelManager:
                 await self.before_load(wanted)  # the ensemble's steps too
             await self.refresh_configs()
         outcomes = await asyncio.gather(
-            *(self._load_group(group, overrides, fetch) for group in self._groups(names, overrides)),
+            *(self._load_group(group, overrides, fetch) for group in groups(self.registry.records, names, self._peeker(overrides))),
             return_exceptions=True,
         )
         failures: list[LoadFailure] = []
@@ -202,19 +176,10 @@ class ModelManager:
             raise internal(message) if any(f.before_loading for f in failures) else invalid(message)
 
     def _closure(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
-        """`names`, the loaded ensembles over them and the steps of every ensemble among those, steps first."""
-        return self._with_steps(names + self._ensembles_over(names), overrides)
+        return closure(self.registry.records, names, self._peeker(overrides))
 
-    def _groups(self, names: list[str], overrides: Mapping[str, str]) -> list[list[str]]:
-        """The names split into groups that share no model (with their ensembles and steps): loaded apart."""
-        groups: list[tuple[list[str], list[str]]] = []  # (seeds, closure)
-        for name in names:
-            seeds, closure = [name], self._closure([name], overrides)
-            for other in [g for g in groups if set(g[1]) & set(closure)]:
-                groups.remove(other)
-                seeds, closure = other[0] + seeds, list(dict.fromkeys(other[1] + closure))
-            groups.append((seeds, closure))
-        return [seeds for seeds, _ in groups]
+    def _peeker(self, overrides: Mapping[str, str]) -> Peek:
+        return lambda name: self._peek_config(name, overrides.get(name))
 
     async def _load_group(self, seeds: list[str], overrides: Mapping[str, str], fetch: bool) -> list[LoadFailure]:
         held = self._closure(seeds, overrides)
@@ -254,29 +219,6 @@ class ModelManager:
             if plan.record.ensemble is not None and plan.record.ensemble.reason:
                 errors.append(LoadFailure(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}"))
         return errors
-
-    def _ensembles_over(self, names: Collection[str]) -> list[str]:
-        """Loaded ensembles one of whose steps is among `names` (and not named themselves)."""
-        wanted = set(names)
-        return [
-            rec.name
-            for rec in self.registry.records.values()
-            if rec.ensemble is not None and rec.name not in wanted and rec.served
-            and wanted & {step.model_name for step in rec.ensemble.graph.steps}
-        ]
-
-    def _with_steps(self, names: list[str], overrides: Mapping[str, str]) -> list[str]:
-        """Names plus the step models of any ensembles among them, steps first."""
-        ordered: list[str] = []
-        for name in names:
-            config = self._peek_config(name, overrides.get(name))
-            if config is not None and is_ensemble(config):
-                for step in config.ensemble_scheduling.step:
-                    if step.model_name not in ordered and step.model_name != name:
-                        ordered.extend(self._with_steps([step.model_name], overrides))
-            if name not in ordered:
-                ordered.append(name)
-        return list(dict.fromkeys(ordered))
 
     def _peek_config(self, name: str, override: str | None) -> mc.ModelConfig | None:
         try:

@@ -22,7 +22,7 @@ from ensemble_runtime import dtypes
 from ensemble_runtime.config.names import load_failed
 from ensemble_runtime.errors import NAME_LIMIT, ErrorCode, InferenceError, bounded, internal, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
-from ensemble_runtime.model_manager import IndexEntry
+from ensemble_runtime.repository_index import IndexEntry
 from ensemble_runtime.shared_memory import (
     SharedMemoryRegistry,
     ShmRef,

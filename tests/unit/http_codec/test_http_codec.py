@@ -11,8 +11,8 @@ import pytest
 import tritonclient.http as httpclient
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import InferResponse
-from ensemble_runtime.model_manager import IndexEntry
 from ensemble_runtime.protocol import http_codec as codec
+from ensemble_runtime.repository_index import IndexEntry
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
