@@ -18,11 +18,11 @@ demo: setup
 	$(BIN)/python -m ensemble_examples.demo
 
 lint: setup
-	$(BIN)/ruff check runtime operator examples/ensemble_examples tests bench e2e fuzz
+	$(BIN)/ruff check contract runtime operator examples/ensemble_examples tests bench e2e fuzz
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet
+	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet
 
 # Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real Triton
 # server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run through

@@ -1,6 +1,6 @@
 """Scheduling overhead of the ensemble executor per step, with a trivial pass-through async step caller.
 
-    PYTHONPATH=runtime python bench/ensemble_overhead.py [--requests N]
+    PYTHONPATH=contract:runtime python bench/ensemble_overhead.py [--requests N]
 
 For each graph: time N sequential requests through run_ensemble, and, as the baseline, N rounds of
 awaiting the same caller once per step directly (what the steps would cost with no executor at all).

@@ -172,7 +172,7 @@ def micro(servers: list[tuple[str, Path, list[str]]], root: Path, workloads: lis
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in servers}
         for _ in range(repeats):
             for name, runtime_dir, _ in servers:
-                env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(runtime_dir), str(REPO_ROOT / "examples"),
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "contract"), str(runtime_dir), str(REPO_ROOT / "examples"),
                                                                      str(REPO_ROOT)])}
                 out = subprocess.run(
                     [sys.executable, __file__, "--micro-child", str(root), model, str(count)],
@@ -190,7 +190,7 @@ def served(servers: list[tuple[str, Path, list[str]]], root: Path, workloads: li
     try:
         for name, runtime_dir, flags in servers:
             proc = RuntimeProcess([root], ["--allow-http=false", "--allow-metrics=false", *flags])
-            proc.env["PYTHONPATH"] = os.pathsep.join([str(runtime_dir), str(REPO_ROOT / "examples")])
+            proc.env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "contract"), str(runtime_dir), str(REPO_ROOT / "examples")])
             procs[name] = proc.start()
         for proc in procs.values():
             for model in workloads:

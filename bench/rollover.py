@@ -1,6 +1,6 @@
 """Live version rollover from S3 under steady load: the acceptance scenario as a benchmark.
 
-    PYTHONPATH=runtime:examples:. python bench/rollover.py [--duration S] [--workers N]
+    PYTHONPATH=contract:runtime:examples:. python bench/rollover.py [--duration S] [--workers N]
 
 Starts its own MinIO (tests/infra/minio.py) and an ensemble-runtime serving `s3://.../models/repo` in poll
 mode (poll 1 s, settle 0.5 s). `--workers` closed-loop gRPC clients (threads, one client each) call the

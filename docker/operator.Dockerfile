@@ -3,6 +3,7 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY contract ./contract
 COPY operator ./operator
 COPY runtime ./runtime
 COPY examples ./examples

@@ -9,6 +9,7 @@ RUN apt-get update \
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY contract ./contract
 COPY operator ./operator
 COPY runtime ./runtime
 COPY examples ./examples

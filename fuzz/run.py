@@ -37,7 +37,7 @@ class Outcome:
 
 def run_target(target: str, seconds: int, artifacts: Path) -> Outcome:
     artifacts.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "runtime"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "contract"), str(ROOT / "runtime"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with tempfile.TemporaryDirectory(prefix=f"{target}-corpus-") as scratch:
         command = [
             sys.executable, "-m", f"fuzz.{target}", scratch, str(HERE / "corpus" / target),

@@ -9,6 +9,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ensemble_contract.status import decode_storage_status
+
 from .api.v1alpha1 import Condition, Ensemble, EnsembleStatus, Model, ModelStatus
 from .render.common import grpc_endpoint
 from .validation import Issue, summarize
@@ -35,31 +37,22 @@ class PodReport:
 
 
 def storage_problem(doc: Any) -> str | None:
-    """The runtime's storage status (`{"reachable": bool, "sources": [{"source", "error"}, ...]}`) as one
-    line when some source cannot be reached, else None."""
-    if not isinstance(doc, dict) or doc.get("reachable", True):
-        return None
-    errors = [f"{s.get('source')}: {s.get('error')}" for s in doc.get("sources", []) if s.get("error")]
-    return "; ".join(errors) or "storage unreachable"
+    """The runtime's storage status as one line when some source cannot be reached, else None."""
+    status = decode_storage_status(doc)
+    return status.problem() if status is not None else None
 
 
 def config_digest_of(doc: Any) -> str | None:
     """The runtime's storage status `config_digest` (hex SHA-256 of the repository.json it last applied)."""
-    digest = doc.get("config_digest") if isinstance(doc, dict) else None
-    return digest if isinstance(digest, str) and digest else None
+    status = decode_storage_status(doc)
+    return (status.config_digest or None) if status is not None else None
 
 
 def found_versions(doc: Any) -> dict[str, tuple[int, ...]] | None:
-    """The runtime's storage status `models` (`{"<model>": [<version>, ...]}`, the versions each model's
-    storage listing showed) as sorted tuples; None when absent or malformed (an older runtime)."""
-    models = doc.get("models") if isinstance(doc, dict) else None
-    if not isinstance(models, dict):
-        return None
-    out: dict[str, tuple[int, ...]] = {}
-    for name, versions in models.items():
-        if isinstance(name, str) and isinstance(versions, list):
-            out[name] = tuple(sorted({v for v in versions if isinstance(v, int) and not isinstance(v, bool)}))
-    return out
+    """The runtime's storage status `models` (the versions each model's storage listing showed) as sorted
+    tuples; None when absent (an older runtime) or when the document is not a storage status."""
+    status = decode_storage_status(doc)
+    return status.found() if status is not None else None
 
 
 def versions_found(pods: Sequence[PodReport], models: Collection[str]) -> dict[str, list[int]]:

@@ -1,4 +1,5 @@
-"""Ensemble graph validation on the CR specs (pure).
+"""Ensemble validation on the CR specs (pure): the runtime's graph rules (ensemble_contract.graph) plus what
+only the cluster knows (the Models exist, pinned versions, one S3 setup per pod).
 
 Every issue names the step and tensor it is about. The same checks run in the admission webhook and
 in the reconciler. A reference to a Model that does not exist is refused at admission (apply the Models
@@ -11,19 +12,51 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ensemble_contract.graph import (
+    BATCH_SIZE,
+    CYCLE,
+    DTYPE_MISMATCH,
+    DUPLICATE_PRODUCER,
+    EMPTY_MAP,
+    SHAPE_MISMATCH,
+    UNKNOWN_MODEL_INPUT,
+    UNKNOWN_MODEL_OUTPUT,
+    UNMAPPED_MODEL_INPUT,
+    UNPRODUCED_OUTPUT,
+    UNPRODUCED_TENSOR,
+    UNUSED_TENSOR,
+    Graph,
+    GraphStep,
+    StepModel,
+    Tensor,
+    check_graph,
+)
+
 from .api.v1alpha1 import EnsembleSpec, Model, TensorSpec, normalize_data_type
 
+__all__ = [
+    "BATCH_SIZE",
+    "CONFLICTING_S3",
+    "CYCLE",
+    "DTYPE_MISMATCH",
+    "DUPLICATE_PRODUCER",
+    "EMPTY_MAP",
+    "MISSING_MODEL",
+    "SHAPE_MISMATCH",
+    "UNKNOWN_MODEL_INPUT",
+    "UNKNOWN_MODEL_OUTPUT",
+    "UNMAPPED_MODEL_INPUT",
+    "UNPRODUCED_OUTPUT",
+    "UNPRODUCED_TENSOR",
+    "UNUSED_TENSOR",
+    "VERSION_NOT_FOUND",
+    "VERSION_NOT_SERVED",
+    "Issue",
+    "summarize",
+    "validate_ensemble",
+]
+
 MISSING_MODEL = "missing-model"
-DUPLICATE_PRODUCER = "duplicate-producer"
-UNPRODUCED_TENSOR = "unproduced-tensor"
-UNPRODUCED_OUTPUT = "unproduced-output"
-CYCLE = "cycle"
-UNKNOWN_MODEL_INPUT = "unknown-model-input"
-UNKNOWN_MODEL_OUTPUT = "unknown-model-output"
-UNMAPPED_MODEL_INPUT = "unmapped-model-input"
-DTYPE_MISMATCH = "dtype-mismatch"
-SHAPE_MISMATCH = "shape-mismatch"
-BATCH_SIZE = "batch-size"
 VERSION_NOT_FOUND = "version-not-found"
 VERSION_NOT_SERVED = "version-not-served"
 CONFLICTING_S3 = "conflicting-s3"
@@ -44,89 +77,29 @@ class Issue:
         return self.code in _DEPENDS_ON_OTHER_OBJECTS
 
 
-@dataclass(frozen=True)
-class _Side:
-    """One end of a tensor edge: who, its dtype and full shape (batch dim included), if known."""
-
-    label: str
-    step: str | None
-    data_type: str | None
-    shape: tuple[int, ...] | None
+def _tensor(spec: TensorSpec) -> Tensor:
+    return Tensor(spec.name, normalize_data_type(spec.data_type), tuple(spec.dims))
 
 
-def _full_shape(spec: TensorSpec, batching: bool) -> tuple[int, ...]:
-    return ((-1,) if batching else ()) + tuple(spec.dims)
+def _tensors(specs: Sequence[TensorSpec]) -> tuple[Tensor, ...] | None:
+    """Declared tensors; None when the Model declares none (its repository's config.pbtxt says)."""
+    return tuple(_tensor(t) for t in specs) if specs else None
 
 
-def _shapes_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=True))
+def _step_model(model: Model) -> StepModel:
+    return StepModel(_tensors(model.spec.inputs), _tensors(model.spec.outputs), model.spec.max_batch_size)
 
 
-def _fmt_shape(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _model_batching(model: Model, ensemble_batching: bool) -> bool:
-    mbs = model.spec.max_batch_size
-    return ensemble_batching if mbs is None else mbs > 0
-
-
-def _tensor_side(label: str, step: str | None, spec: TensorSpec | None, batching: bool) -> _Side:
-    if spec is None:
-        return _Side(label, step, None, None)
-    return _Side(label, step, normalize_data_type(spec.data_type), _full_shape(spec, batching))
-
-
-def _compare(producer: _Side, consumer: _Side, tensor: str) -> list[Issue]:
-    issues: list[Issue] = []
-    if producer.data_type and consumer.data_type and producer.data_type != consumer.data_type:
-        issues.append(
-            Issue(
-                DTYPE_MISMATCH,
-                f"tensor '{tensor}': {consumer.label} expects {consumer.data_type} but {producer.label} "
-                f"produces {producer.data_type}",
-                consumer.step or producer.step,
-                tensor,
-            )
-        )
-    if (
-        producer.shape is not None
-        and consumer.shape is not None
-        and not _shapes_compatible(producer.shape, consumer.shape)
-    ):
-        issues.append(
-            Issue(
-                SHAPE_MISMATCH,
-                f"tensor '{tensor}': {consumer.label} expects shape {_fmt_shape(consumer.shape)} "
-                f"(batch dimension included) but {producer.label} produces {_fmt_shape(producer.shape)}",
-                consumer.step or producer.step,
-                tensor,
-            )
-        )
-    return issues
-
-
-def _find_cycle(edges: Mapping[str, set[str]], order: Sequence[str]) -> list[str] | None:
-    """A cycle in the step graph as a path [a, b, ..., a], or None."""
-    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)) is not None:
-                return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in order:
-        if node not in state and (found := visit(node)) is not None:
-            return found
-    return None
+def _graph(spec: EnsembleSpec) -> Graph:
+    return Graph(
+        max_batch_size=spec.max_batch_size,
+        inputs=tuple(_tensor(t) for t in spec.inputs),
+        outputs=tuple(_tensor(t) for t in spec.outputs),
+        steps=tuple(
+            GraphStep(f"step '{step.name}'", step.model_ref.name, step.input_map, step.output_map)
+            for step in spec.steps
+        ),
+    )
 
 
 def _check_versions(spec: EnsembleSpec, models: Mapping[str, Model]) -> list[Issue]:
@@ -196,124 +169,26 @@ def _check_s3(spec: EnsembleSpec, models: Mapping[str, Model]) -> list[Issue]:
 
 
 def validate_ensemble(spec: EnsembleSpec, models: Mapping[str, Model]) -> list[Issue]:
-    """All problems of the ensemble graph; `models` maps Model name -> Model in the namespace."""
-    issues: list[Issue] = []
-    batching = spec.max_batch_size > 0
-    producers: dict[str, _Side] = {
-        t.name: _tensor_side(f"ensemble input '{t.name}'", None, t, batching) for t in spec.inputs
-    }
-    for step in spec.steps:
-        model = models.get(step.model_ref.name)
-        if model is None:
-            issues.append(
-                Issue(
-                    MISSING_MODEL,
-                    f"step '{step.name}' references Model '{step.model_ref.name}', which does "
-                    "not exist in this namespace",
-                    step.name,
-                )
-            )
-        declared = {t.name: t for t in model.spec.outputs} if model else {}
-        step_batching = _model_batching(model, batching) if model else batching
-        mbs = model.spec.max_batch_size if model else None
-        if batching and mbs is not None and mbs < spec.max_batch_size:
-            issues.append(
-                Issue(
-                    BATCH_SIZE,
-                    f"step '{step.name}': Model '{step.model_ref.name}' has maxBatchSize "
-                    f"{mbs}, below the ensemble's {spec.max_batch_size}",
-                    step.name,
-                )
-            )
-        for model_out, tensor in sorted(step.output_map.items()):
-            if declared and model_out not in declared:
-                issues.append(
-                    Issue(
-                        UNKNOWN_MODEL_OUTPUT,
-                        f"step '{step.name}' maps output '{model_out}' to tensor "
-                        f"'{tensor}', but Model '{step.model_ref.name}' has no such output",
-                        step.name,
-                        tensor,
-                    )
-                )
-            if tensor in producers:
-                other = producers[tensor]
-                issues.append(
-                    Issue(
-                        DUPLICATE_PRODUCER,
-                        f"tensor '{tensor}' is produced by both {other.label} and step '{step.name}'",
-                        step.name,
-                        tensor,
-                    )
-                )
-                continue
-            label = f"step '{step.name}' output '{model_out}'"
-            producers[tensor] = _tensor_side(label, step.name, declared.get(model_out), step_batching)
-
-    edges: dict[str, set[str]] = {s.name: set() for s in spec.steps}
-    for step in spec.steps:
-        model = models.get(step.model_ref.name)
-        declared = {t.name: t for t in model.spec.inputs} if model else {}
-        step_batching = _model_batching(model, batching) if model else batching
-        for name in sorted(set(declared) - set(step.input_map)):
-            issues.append(
-                Issue(
-                    UNMAPPED_MODEL_INPUT,
-                    f"step '{step.name}': input '{name}' of Model "
-                    f"'{step.model_ref.name}' is not mapped to any tensor",
-                    step.name,
-                    name,
-                )
-            )
-        for model_in, tensor in sorted(step.input_map.items()):
-            if declared and model_in not in declared:
-                issues.append(
-                    Issue(
-                        UNKNOWN_MODEL_INPUT,
-                        f"step '{step.name}' maps tensor '{tensor}' to input '{model_in}', "
-                        f"but Model '{step.model_ref.name}' has no such input",
-                        step.name,
-                        tensor,
-                    )
-                )
-            producer = producers.get(tensor)
-            if producer is None:
-                issues.append(
-                    Issue(
-                        UNPRODUCED_TENSOR,
-                        f"step '{step.name}' consumes tensor '{tensor}' (as input "
-                        f"'{model_in}'), but no step and no ensemble input produces it",
-                        step.name,
-                        tensor,
-                    )
-                )
-                continue
-            if producer.step is not None:
-                edges[producer.step].add(step.name)
-            consumer = _tensor_side(
-                f"step '{step.name}' input '{model_in}'", step.name, declared.get(model_in), step_batching
-            )
-            issues.extend(_compare(producer, consumer, tensor))
-
-    for out in spec.outputs:
-        producer = producers.get(out.name)
-        if producer is None:
-            issues.append(
-                Issue(
-                    UNPRODUCED_OUTPUT,
-                    f"ensemble output '{out.name}' is not produced by any step",
-                    None,
-                    out.name,
-                )
-            )
-            continue
-        issues.extend(
-            _compare(producer, _tensor_side(f"ensemble output '{out.name}'", None, out, batching), out.name)
+    """All problems of the ensemble; `models` maps Model name -> Model in the namespace. The graph rules are
+    the runtime's own (ensemble_contract.graph); Models that do not exist, pinned versions and the pod's one
+    S3 setup are checked here."""
+    issues = [
+        Issue(
+            MISSING_MODEL,
+            f"step '{step.name}' references Model '{step.model_ref.name}', which does not exist in this namespace",
+            step.name,
         )
-
-    cycle = _find_cycle(edges, [s.name for s in spec.steps])
-    if cycle is not None:
-        issues.append(Issue(CYCLE, "steps form a cycle: " + " -> ".join(cycle), cycle[0]))
+        for step in spec.steps
+        if step.model_ref.name not in models
+    ]
+    described = {
+        step.model_ref.name: _step_model(models[step.model_ref.name])
+        for step in spec.steps
+        if step.model_ref.name in models
+    }
+    for problem in check_graph(_graph(spec), described):
+        step = spec.steps[problem.step].name if problem.step is not None else None
+        issues.append(Issue(problem.code, problem.message, step, problem.tensor))
     issues.extend(_check_versions(spec, models))
     issues.extend(_check_s3(spec, models))
     return issues

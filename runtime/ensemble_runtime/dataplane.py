@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
+from ensemble_contract.status import SourceStatus, StorageStatus
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
@@ -131,7 +132,7 @@ class DataPlane:
         ]
 
     # ---- repository ---------------------------------------------------------------------------
-    def storage_status(self) -> dict[str, object]:
+    def storage_status(self) -> StorageStatus:
         """What the last syncs of remote repositories reported (for operators and probes), and `models`: the
         versions found in storage per model (remote listings, plus the version folders of plain local
         repositories), `uploading`: versions seen mid-upload that the version policy will select once complete,
@@ -140,17 +141,18 @@ class DataPlane:
         local = {
             name: list(loc.versions) for name, loc in self.manager.scan().items() if loc.path.parent not in cached
         }
-        return {
-            "sources": [
-                {"source": s.label, "error": s.error, "errors": s.errors, "last_success": s.last_success,
-                 "failures": s.failures}
+        return StorageStatus(
+            sources=[
+                SourceStatus(
+                    source=s.label, error=s.error, errors=s.errors, last_success=s.last_success, failures=s.failures
+                )
                 for s in self.storage.status
             ],
-            "reachable": all(not s.error for s in self.storage.status),
-            "models": merge_versions([self.storage.found_versions(), local]),
-            "uploading": self.storage.awaited_versions(),
-            "config_digest": self.storage.config_digest(),
-        }
+            reachable=all(not s.error for s in self.storage.status),
+            models=merge_versions([self.storage.found_versions(), local]),
+            uploading=self.storage.awaited_versions(),
+            config_digest=self.storage.config_digest(),
+        )
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         self.manager.scan()

@@ -7,6 +7,7 @@ import enum
 from collections.abc import Sequence
 from pathlib import Path
 
+from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pydantic import BaseModel, Field
 
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
@@ -25,11 +26,11 @@ class RuntimeSettings(BaseModel):
     load_models: list[str] = Field(default_factory=list)
     poll_secs: float = 15.0
     grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
+    grpc_port: int = GRPC_PORT
     http_address: str = "0.0.0.0"
-    http_port: int = 8000
+    http_port: int = HTTP_PORT
     metrics_address: str = "0.0.0.0"
-    metrics_port: int = 8002
+    metrics_port: int = METRICS_PORT
     allow_grpc: bool = True
     allow_http: bool = True
     allow_metrics: bool = True
@@ -86,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model to load at startup in explicit mode (repeatable; '*' for all)")
     p.add_argument("--repository-poll-secs", type=float, default=15.0, dest="poll_secs")
     p.add_argument("--grpc-address", default="0.0.0.0")
-    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--grpc-port", type=int, default=GRPC_PORT)
     p.add_argument("--http-address", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--http-port", type=int, default=HTTP_PORT)
     p.add_argument("--metrics-address", default="0.0.0.0")
-    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--metrics-port", type=int, default=METRICS_PORT)
     p.add_argument("--allow-grpc", type=_bool, default=True)
     p.add_argument("--allow-http", type=_bool, default=True)
     p.add_argument("--allow-metrics", type=_bool, default=True)

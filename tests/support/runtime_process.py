@@ -27,7 +27,7 @@ class RuntimeProcess(ServerProcess):
         ]
         self.env = {**os.environ, **(env or {})}
         self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT / "runtime"), str(REPO_ROOT / "examples"), self.env.get("PYTHONPATH", "")]
+            [str(REPO_ROOT / "contract"), str(REPO_ROOT / "runtime"), str(REPO_ROOT / "examples"), self.env.get("PYTHONPATH", "")]
         )
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:

@@ -8,6 +8,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ensemble_contract.ports import GRPC_PORT as GRPC_PORT  # re-exported for the renderers
+from ensemble_contract.ports import HTTP_PORT as HTTP_PORT
+from ensemble_contract.ports import METRICS_PORT as METRICS_PORT
+
 from ..api.v1alpha1 import API_VERSION, GROUP, Ensemble
 
 Manifest = dict[str, Any]
@@ -17,7 +21,6 @@ ENSEMBLE_LABEL = f"{GROUP}/ensemble"
 RESTART_HASH_ANNOTATION = f"{GROUP}/restart-hash"
 CONFIG_HASH_ANNOTATION = f"{GROUP}/repository-config-hash"
 CONFIG_REFRESH_ANNOTATION = f"{GROUP}/config-refresh"  # when a pod still on an older config was nudged again
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _FACTORS = {

@@ -1,44 +1,15 @@
-"""repository.json: the runtime's view of the models and ensembles to serve (schema + rendering)."""
+"""repository.json rendered from an Ensemble and its Models (the schema is ensemble_contract.repository)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
+from ensemble_contract.repository import RepositoryConfig, RepositoryEnsemble, RepositoryModel, S3Settings
 
 from ..api.v1alpha1 import Ensemble, Model
 from .pbtxt import ensemble_config, model_config
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RepositoryModel(_Strict):
-    name: str
-    source: str
-    config_pbtxt: str | None = None
-
-
-class RepositoryEnsemble(_Strict):
-    name: str
-    config_pbtxt: str
-
-
-class S3Settings(_Strict):
-    endpoint_url: str | None = None
-    region: str | None = None
-
-
-class RepositoryConfig(_Strict):
-    """The document mounted at /etc/ensemble/repository.json and re-read by the runtime on every poll."""
-
-    models: list[RepositoryModel]
-    ensembles: list[RepositoryEnsemble]
-    s3: S3Settings | None = None
-
-    def to_json(self) -> str:
-        return self.model_dump_json(exclude_none=True, indent=2) + "\n"
+__all__ = ["RepositoryConfig", "render_repository_config"]
 
 
 def render_repository_config(ensemble: Ensemble, models: Mapping[str, Model]) -> RepositoryConfig:

@@ -7,18 +7,11 @@ an unknown name gets, so no request can learn whether some other file exists.
 
 from __future__ import annotations
 
+from ensemble_contract.names import MAX_NAME_BYTES, valid_model_name
+
 from ensemble_runtime.errors import quote_name
 
-MAX_NAME_BYTES = 255  # a directory name on common filesystems
-
-
-def valid_model_name(name: str) -> bool:
-    """True when `name` can only ever name a directory directly under a repository root."""
-    if not name or len(name.encode("utf-8", errors="replace")) > MAX_NAME_BYTES:
-        return False
-    if name in (".", "..") or name.startswith("."):
-        return False
-    return not any(c in "/\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+__all__ = ["MAX_NAME_BYTES", "load_failed", "not_in_repository", "valid_model_name"]
 
 
 def not_in_repository(name: str) -> str:

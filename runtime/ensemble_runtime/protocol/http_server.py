@@ -124,7 +124,7 @@ class _Routes:
         return _json({"ensemble": model, "versions": self._dp.served_versions(model)})
 
     async def storage_status(self, request: web.Request) -> web.Response:
-        return _json(self._dp.storage_status())
+        return _json(self._dp.storage_status().model_dump(mode="json"))
 
     # ---- inference ----------------------------------------------------------------------------------
     async def infer(self, request: web.Request) -> web.Response:

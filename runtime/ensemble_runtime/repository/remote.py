@@ -22,6 +22,8 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ensemble_contract.repository import RepositoryConfig, describe_error
+from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.repository.policy import parse_version_dir, select_versions
@@ -270,117 +272,24 @@ def describe_plan(plan: VersionPlan) -> str:
     return "; ".join(parts) or "up to date"
 
 
-# --- the operator's repository config (JSON) ----------------------------------------------------------
+# --- the operator's repository config (JSON; schema in ensemble_contract.repository) -------------------
 
 
 class RepositoryConfigError(ValueError):
     """The repository config file is not usable; the message names the field and the problem."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    name: str
-    source: str  # s3://... or an absolute local directory
-    config_pbtxt: str | None = None  # overrides the source's config.pbtxt
-
-
-@dataclass(frozen=True, slots=True)
-class EnsembleSpec:
-    name: str
-    config_pbtxt: str
-
-
-@dataclass(frozen=True, slots=True)
-class RepositoryConfig:
-    models: tuple[ModelSpec, ...] = ()
-    ensembles: tuple[EnsembleSpec, ...] = ()
-    endpoint_url: str | None = None
-    region: str | None = None
-
-    def names(self) -> set[str]:
-        return {spec.name for spec in self.models} | {spec.name for spec in self.ensembles}
-
-
-def valid_model_name(name: str) -> bool:
-    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".") and name == name.strip()
-
-
 def parse_repository_config(data: object) -> RepositoryConfig:
-    """The decoded JSON the operator writes:
-
-    {"models": [{"name", "source", "config_pbtxt"?}], "ensembles": [{"name", "config_pbtxt"}],
-     "s3": {"endpoint_url"?, "region"?}}
-    """
-    if not isinstance(data, dict):
-        raise RepositoryConfigError(f"expected a JSON object at the top level, got {type(data).__name__}")
-    unknown = sorted(set(data) - {"models", "ensembles", "s3"})
-    if unknown:
-        raise RepositoryConfigError(f"unknown top-level field(s): {', '.join(unknown)}")
-    seen: set[str] = set()
-    models = tuple(
-        ModelSpec(
-            _name(entry, f"models[{i}]", seen),
-            _source(entry, f"models[{i}]"),
-            _optional_str(entry, "config_pbtxt", f"models[{i}]"),
-        )
-        for i, entry in enumerate(_entries(data, "models", {"name", "source", "config_pbtxt"}))
-    )
-    ensembles: list[EnsembleSpec] = []
-    for i, entry in enumerate(_entries(data, "ensembles", {"name", "config_pbtxt"})):
-        name = _name(entry, f"ensembles[{i}]", seen)
-        config = _optional_str(entry, "config_pbtxt", f"ensembles[{i}]")
-        if not config:
-            raise RepositoryConfigError(f"ensembles[{i}] ({name}): config_pbtxt is required")
-        ensembles.append(EnsembleSpec(name, config))
-    s3 = data.get("s3", {})
-    if not isinstance(s3, dict):
-        raise RepositoryConfigError("s3: expected an object")
-    return RepositoryConfig(
-        models, tuple(ensembles), _optional_str(s3, "endpoint_url", "s3"), _optional_str(s3, "region", "s3")
-    )
-
-
-def _entries(data: dict[str, object], field_name: str, allowed: set[str]) -> list[dict[str, object]]:
-    value = data.get(field_name, [])
-    if not isinstance(value, list):
-        raise RepositoryConfigError(f"{field_name}: expected a list")
-    for i, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            raise RepositoryConfigError(f"{field_name}[{i}]: expected an object")
-        extra = sorted(set(entry) - allowed)
-        if extra:
-            raise RepositoryConfigError(f"{field_name}[{i}]: unknown field(s): {', '.join(extra)}")
-    return value
-
-
-def _name(entry: dict[str, object], where: str, seen: set[str]) -> str:
-    name = entry.get("name")
-    if not isinstance(name, str) or not valid_model_name(name):
-        raise RepositoryConfigError(f"{where}.name: {name!r} is not a valid model name")
-    if name in seen:
-        raise RepositoryConfigError(f"{where}.name: '{name}' is declared twice")
-    seen.add(name)
-    return name
-
-
-def _source(entry: dict[str, object], where: str) -> str:
-    source = entry.get("source")
-    if not isinstance(source, str) or not source:
-        raise RepositoryConfigError(f"{where}.source: required (s3://bucket/prefix or an absolute directory)")
-    if source.startswith("s3://"):
-        try:
-            parse_s3_uri(source)
-        except RemoteURIError as exc:
-            raise RepositoryConfigError(f"{where}.source: {exc}") from None
-    elif "://" in source or not source.startswith("/"):
-        raise RepositoryConfigError(f"{where}.source: {source!r} is neither s3:// nor an absolute directory")
-    return source
-
-
-def _optional_str(entry: dict[str, object], key: str, where: str) -> str | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise RepositoryConfigError(f"{where}.{key}: expected a string")
-    return value
+    """The decoded JSON the operator writes, validated by the shared schema; S3 sources must also be URIs this
+    runtime can use."""
+    try:
+        config = RepositoryConfig.model_validate(data)
+    except ValidationError as exc:
+        raise RepositoryConfigError(describe_error(exc)) from None
+    for i, model in enumerate(config.models):
+        if model.source.startswith("s3://"):
+            try:
+                parse_s3_uri(model.source)
+            except RemoteURIError as exc:
+                raise RepositoryConfigError(f"models[{i}].source: {exc}") from None
+    return config

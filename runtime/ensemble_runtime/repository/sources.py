@@ -26,6 +26,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ensemble_contract.names import valid_model_name
+from ensemble_contract.repository import RepositoryConfig
 from google.protobuf import text_format
 
 from ensemble_runtime.config.model_config import ConfigError, parse_config_override
@@ -39,7 +41,6 @@ from ensemble_runtime.repository.cache import (
 from ensemble_runtime.repository.remote import (
     ModelListing,
     ObjectInfo,
-    RepositoryConfig,
     RepositoryConfigError,
     S3Location,
     group_model,
@@ -47,7 +48,6 @@ from ensemble_runtime.repository.remote import (
     parse_repository_config,
     parse_s3_uri,
     split_repository,
-    valid_model_name,
 )
 from ensemble_runtime.repository.s3 import S3Settings, S3Storage, StorageError
 

@@ -221,7 +221,7 @@ class OperatorProcess:
         env.update(
             {
                 "KUBECONFIG": str(release.kubeconfig),
-                "PYTHONPATH": os.pathsep.join(str(REPO_ROOT / p) for p in ("operator", ".")),
+                "PYTHONPATH": os.pathsep.join(str(REPO_ROOT / p) for p in ("contract", "operator", ".")),
                 "ENSEMBLE_OPERATOR_LOG_LEVEL": "INFO",
                 "ENSEMBLE_OPERATOR_STATUS_INTERVAL_SECONDS": "2",
                 "ENSEMBLE_OPERATOR_POD_HTTP_TIMEOUT_SECONDS": "0.2",  # kwok pod IPs answer nothing

@@ -53,13 +53,20 @@ def _dtype_mismatch(spec: JSON) -> None:
 
 
 CASES: dict[str, tuple[Callable[[JSON], None], tuple[str, ...]]] = {
-    "cycle": (_cycle, ("steps form a cycle: preprocess -> classify -> postprocess -> preprocess",)),
-    "unknown tensor": (_unknown_tensor, ("step 'classify' consumes tensor 'pixelz'", "no step and no ensemble input")),
+    # the runtime's own words (ensemble_contract.graph): what the webhook refuses is what the runtime would
+    "cycle": (
+        _cycle,
+        ("steps form a cycle: step 'preprocess' -> step 'classify' -> step 'postprocess' -> step 'preprocess'",),
+    ),
+    "unknown tensor": (
+        _unknown_tensor,
+        ("step 'classify' input 'input' reads ensemble tensor 'pixelz'", "neither an ensemble input nor any step"),
+    ),
     "dtype mismatch": (
         _dtype_mismatch,
         (
-            "tensor 'IMAGE': step 'preprocess' input 'IMAGE' expects TYPE_UINT8",
-            "ensemble input 'IMAGE' produces TYPE_FP32",
+            "ensemble tensor 'IMAGE': data type mismatch",
+            "ensemble input 'IMAGE' produces TYPE_FP32 but step 'preprocess' input 'IMAGE' expects TYPE_UINT8",
         ),
     ),
 }

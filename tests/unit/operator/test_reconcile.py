@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from ensemble_contract.status import StorageStatus
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
@@ -29,7 +30,7 @@ FOUND = {
 
 def _served(url: str, timeout: float, headers: Mapping[str, str] | None = None) -> Any:
     if url.endswith("/v2/repository/status"):
-        return {"reachable": True, "sources": [], "models": FOUND[url.split("//")[1].split(":")[0]]}
+        return StorageStatus(reachable=True, models=FOUND[url.split("//")[1].split(":")[0]]).model_dump(mode="json")
     assert url.endswith("/v2/ensembles/image-pipeline/versions")
     return {"ensemble": "image-pipeline", "versions": {"classifier": 2, "preprocess": 1, "postprocess": 1}}
 

@@ -4,6 +4,7 @@ from typing import Any
 
 import kopf
 import pytest
+from ensemble_contract.status import StorageStatus
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.handlers import register
 from ensemble_operator.kube import KubeClient
@@ -89,8 +90,10 @@ def test_storage_problem_from_the_runtime_status() -> None:
 
 
 def test_found_versions_from_the_runtime_status() -> None:
-    doc = {"reachable": True, "sources": [], "models": {"a": [3, 1, 3], "b": [], "c": ["2", True, 4], "d": "x"}}
-    assert found_versions(doc) == {"a": (1, 3), "b": (), "c": (4,)}
+    doc = StorageStatus(models={"a": [3, 1, 3], "b": []}).model_dump(mode="json")
+    assert found_versions(doc) == {"a": (1, 3), "b": ()}
+    # a document that is not a storage status is unknown as a whole, not read field by field
+    assert found_versions({"reachable": True, "sources": [], "models": {"c": ["2", True, 4], "d": "x"}}) is None
     assert found_versions({"reachable": True, "sources": []}) is None  # an older runtime
     assert found_versions(None) is None and found_versions({"models": [1]}) is None
 

@@ -68,7 +68,7 @@ CASES: list[tuple[str, EnsembleSpec, dict[str, Model], list[tuple[str, str | Non
         "tensor consumed but never produced",
         spec([BASE_STEPS[0], step("b", "cls", {"x": "pixels"}, {"y": "logits"}), BASE_STEPS[2]]),
         BASE_MODELS,
-        [(v.UNPRODUCED_TENSOR, "b", "pixels")],
+        [(v.UNPRODUCED_TENSOR, "b", "pixels"), (v.UNUSED_TENSOR, "a", "pix")],
     ),
     (
         "ensemble output nobody produces",
@@ -100,12 +100,19 @@ CASES: list[tuple[str, EnsembleSpec, dict[str, Model], list[tuple[str, str | Non
         [(v.SHAPE_MISMATCH, "b", "pix")],
     ),
     (
-        "batch dimension: a non-batching model spells it out, -1 matches it",
+        # Triton's rule (the runtime's): shapes agree without the batch dimension or, failing that, with it
+        "batch dimension: a non-batching model in a batching ensemble, with or without spelling it out",
         spec(),
         replace_model(
             "cls", model("cls", {"x": ("FP32", [-1, 3, 4])}, {"y": ("FP32", [10])}, maxBatchSize=0)
         ),
-        [(v.SHAPE_MISMATCH, "c", "logits"), (v.BATCH_SIZE, "b", None)],
+        [],
+    ),
+    (
+        "batch dimension: a non-batching model whose shape agrees neither way",
+        spec(),
+        replace_model("cls", model("cls", {"x": ("FP32", [3, 4, 1])}, {"y": ("FP32", [10])}, maxBatchSize=0)),
+        [(v.SHAPE_MISMATCH, "b", "pix")],
     ),
     (
         "model batch size below the ensemble's",
@@ -129,13 +136,13 @@ CASES: list[tuple[str, EnsembleSpec, dict[str, Model], list[tuple[str, str | Non
             ]
         ),
         BASE_MODELS,
-        [(v.UNKNOWN_MODEL_OUTPUT, "b", "extra"), (v.UNKNOWN_MODEL_INPUT, "b", "raw")],
+        [(v.UNKNOWN_MODEL_OUTPUT, "b", "extra"), (v.UNKNOWN_MODEL_INPUT, "b", "raw"), (v.UNUSED_TENSOR, "b", "extra")],
     ),
     (
         "model input left unmapped",
         spec([BASE_STEPS[0], step("b", "cls", {}, {"y": "logits"}), BASE_STEPS[2]]),
         BASE_MODELS,
-        [(v.UNMAPPED_MODEL_INPUT, "b", "x")],
+        [(v.UNMAPPED_MODEL_INPUT, "b", "x"), (v.EMPTY_MAP, "b", None), (v.UNUSED_TENSOR, "a", "pix")],
     ),
     (
         "pinned version not in repository",
@@ -210,8 +217,8 @@ def test_cycle_is_reported_with_its_path() -> None:
     issues = v.validate_ensemble(spec(steps), {})
     cycles = [i for i in issues if i.code == v.CYCLE]
     assert len(cycles) == 1
-    assert "a -> b -> c -> a" in cycles[0].message
-    assert {i.code for i in issues} == {v.CYCLE, v.MISSING_MODEL}
+    assert "step 'a' -> step 'b' -> step 'c' -> step 'a'" in cycles[0].message
+    assert {i.code for i in issues} == {v.CYCLE, v.MISSING_MODEL, v.UNUSED_TENSOR}  # 'raw' feeds no step
 
 
 def test_admission_warns_only_about_versions_storage_may_gain() -> None:

@@ -54,4 +54,4 @@ def test_storage_status_models_merge_sources_and_local_roots(tmp_path: Path) -> 
     manager = ModelManager(roots=[local, cache], registry=registry, loader=VersionLoader(backends={}, caller=no_calls))
     plane = DataPlane(registry=registry, manager=manager, storage=storage)
     # the cache's own folders are not storage: only what the source listed counts
-    assert plane.storage_status()["models"] == {"plain": [1, 4], "remote": [1, 2]}
+    assert plane.storage_status().models == {"plain": [1, 4], "remote": [1, 2]}
