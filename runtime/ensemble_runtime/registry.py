@@ -220,6 +220,12 @@ class Registry:
         """(model, version) pairs loaded now, served or draining: storage must keep their files."""
         return {(lv.model, lv.version) for lv in self.loaded_versions()}
 
+    async def close(self) -> None:
+        """Stop every loaded version's scheduler (server exit: callers have drained requests already)."""
+        for lv in self.loaded_versions():
+            assert lv.scheduler is not None
+            await lv.scheduler.close()
+
     async def wait_retired(self) -> None:
         while self.retiring:
             await asyncio.gather(*list(self.retiring), return_exceptions=True)

@@ -200,10 +200,7 @@ class Server:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
-        for rec in list(dp.registry.records.values()):
-            for lv in list(rec.versions.values()):
-                if lv.scheduler is not None:
-                    await lv.scheduler.close()
+        await dp.registry.close()
         dp.shared_memory.close()  # unmap every registered region
 
 
