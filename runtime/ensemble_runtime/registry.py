@@ -7,9 +7,10 @@ Everything here runs on the event loop thread; `commit` is synchronous, so a swi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -153,6 +154,19 @@ class Registry:
         lv.in_flight -= 1
         if lv.in_flight == 0:
             lv.idle.set()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def holding(*versions: LoadedVersion) -> Iterator[None]:
+        """Count one request in flight on each of `versions` for the block; retiring waits until they are idle.
+        (A live sequence holds its version across calls with `acquire`/`release` themselves.)"""
+        for lv in versions:
+            Registry.acquire(lv)
+        try:
+            yield
+        finally:
+            for lv in versions:
+                Registry.release(lv)
 
     def commit(self, served: Mapping[str, tuple[int, ...]]) -> list[LoadedVersion]:
         """Switch the served versions of several models at once and refresh every ensemble's set.
