@@ -274,11 +274,8 @@ class DataPlane:
     async def _infer_model(self, lv: LoadedVersion, request: BackendRequest) -> dict[str, Tensor]:
         if lv.scheduler is None:
             raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
-        Registry.acquire(lv)
-        try:
+        with Registry.holding(lv):
             return await lv.scheduler.submit(request)
-        finally:
-            Registry.release(lv)
 
     async def _infer_ensemble(
         self,
@@ -292,9 +289,6 @@ class DataPlane:
         steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
         if not steps:
             raise unavailable(f"ensemble '{lv.model}' has no ready version set")
-        for step_lv in steps.values():
-            Registry.acquire(step_lv)
-        Registry.acquire(lv)
 
         async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
             step_lv = steps[step.index]
@@ -314,12 +308,8 @@ class DataPlane:
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result
 
-        try:
+        with Registry.holding(*steps.values(), lv):
             outputs = await run_ensemble(
                 graph, request.inputs, request.requested_outputs, call_step, request_id=request.request_id
             )
-        finally:
-            for step_lv in steps.values():
-                Registry.release(step_lv)
-            Registry.release(lv)
         return outputs, describe_set(steps)

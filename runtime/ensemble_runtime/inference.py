@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,21 @@ def batch_size_of(inputs: Mapping[str, Tensor]) -> int:
     for array in inputs.values():
         return int(array.shape[0]) if array.ndim else 1
     return 1
+
+
+def run_merged(
+    run: Callable[[Mapping[str, Tensor]], Mapping[str, Tensor]], requests: Sequence[BackendRequest]
+) -> list[BackendResult]:
+    """The scheduler's batch as one call: inputs concatenated on the batch axis, `run` once, outputs split back."""
+    sizes = [batch_size_of(r.inputs) for r in requests]
+    merged = {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in requests[0].inputs}
+    outputs = run(merged)
+    results: list[BackendResult] = []
+    offset = 0
+    for size in sizes:
+        results.append({name: value[offset : offset + size] for name, value in outputs.items()})
+        offset += size
+    return results
 
 
 def as_object_array(values: list[bytes]) -> npt.NDArray[np.object_]:

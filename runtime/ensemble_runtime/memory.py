@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +27,6 @@ class MemoryBudget:
         if available is not None and need > available:
             return False
         return not self.budget_bytes or in_use + need <= self.budget_bytes
-
-
-def in_use_bytes(estimates: Iterable[int]) -> int:
-    return sum(estimates)
 
 
 def describe(need: int, in_use: int, budget: int, available: int | None = None) -> str:

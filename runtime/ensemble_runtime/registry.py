@@ -7,9 +7,10 @@ Everything here runs on the event loop thread; `commit` is synchronous, so a swi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -154,6 +155,19 @@ class Registry:
         if lv.in_flight == 0:
             lv.idle.set()
 
+    @staticmethod
+    @contextlib.contextmanager
+    def holding(*versions: LoadedVersion) -> Iterator[None]:
+        """Count one request in flight on each of `versions` for the block; retiring waits until they are idle.
+        (A live sequence holds its version across calls with `acquire`/`release` themselves.)"""
+        for lv in versions:
+            Registry.acquire(lv)
+        try:
+            yield
+        finally:
+            for lv in versions:
+                Registry.release(lv)
+
     def commit(self, served: Mapping[str, tuple[int, ...]]) -> list[LoadedVersion]:
         """Switch the served versions of several models at once and refresh every ensemble's set.
 
@@ -219,6 +233,12 @@ class Registry:
     def serving_pairs(self) -> set[tuple[str, int]]:
         """(model, version) pairs loaded now, served or draining: storage must keep their files."""
         return {(lv.model, lv.version) for lv in self.loaded_versions()}
+
+    async def close(self) -> None:
+        """Stop every loaded version's scheduler (server exit: callers have drained requests already)."""
+        for lv in self.loaded_versions():
+            assert lv.scheduler is not None
+            await lv.scheduler.close()
 
     async def wait_retired(self) -> None:
         while self.retiring:

@@ -30,7 +30,7 @@ from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
-from ensemble_runtime.protocol.http_server import build_http_app
+from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.s3 import S3Settings
@@ -124,10 +124,10 @@ class Server:
             app = build_http_app(
                 self.dataplane, s.http_max_body_bytes, s.http_max_json_bytes, restrictions=s.http_restrictions()
             )
-            await self._serve_http(app, s.http_address, s.http_port)
+            self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)
-            await self._serve_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port)
+            self._runners.append(await start_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port))
         log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
         await self.health.update(False)
@@ -138,12 +138,6 @@ class Server:
         log.info("initial load done; server ready: %s", self.dataplane.ready())
         if s.control_mode == ControlMode.POLL:
             self._tasks.append(loop.create_task(self._poll_loop()))
-
-    async def _serve_http(self, app: web.Application, host: str, port: int) -> None:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        self._runners.append(runner)
 
     async def _initial_load(self) -> None:
         manager = self.dataplane.manager
@@ -206,10 +200,7 @@ class Server:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
-        for rec in list(dp.registry.records.values()):
-            for lv in list(rec.versions.values()):
-                if lv.scheduler is not None:
-                    await lv.scheduler.close()
+        await dp.registry.close()
         dp.shared_memory.close()  # unmap every registered region
 
 

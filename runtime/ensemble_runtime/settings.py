@@ -74,74 +74,76 @@ def _bool(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Flags left out are left out of the namespace: their defaults are RuntimeSettings' own, written once.
     p = argparse.ArgumentParser(
         prog="ensemble-runtime",
+        argument_default=argparse.SUPPRESS,
         description="Triton-compatible inference server for versioned model ensembles (tritonserver flag names).",
     )
-    p.add_argument("--model-repository", "--model-store", action="append", default=[], dest="model_repositories",
+    p.add_argument("--model-repository", "--model-store", action="append", dest="model_repositories",
                    help="model repository root (repeatable): a directory, or s3://bucket/prefix")
-    p.add_argument("--repository-config", type=Path, default=None,
+    p.add_argument("--repository-config", type=Path,
                    help="JSON file naming each model's source and config (rendered by the operator)")
-    p.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none", dest="control_mode")
-    p.add_argument("--load-model", action="append", default=[], dest="load_models",
+    p.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], dest="control_mode")
+    p.add_argument("--load-model", action="append", dest="load_models",
                    help="model to load at startup in explicit mode (repeatable; '*' for all)")
-    p.add_argument("--repository-poll-secs", type=float, default=15.0, dest="poll_secs")
-    p.add_argument("--grpc-address", default="0.0.0.0")
-    p.add_argument("--grpc-port", type=int, default=GRPC_PORT)
-    p.add_argument("--http-address", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=HTTP_PORT)
-    p.add_argument("--metrics-address", default="0.0.0.0")
-    p.add_argument("--metrics-port", type=int, default=METRICS_PORT)
-    p.add_argument("--allow-grpc", type=_bool, default=True)
-    p.add_argument("--allow-http", type=_bool, default=True)
-    p.add_argument("--allow-metrics", type=_bool, default=True)
-    p.add_argument("--strict-readiness", type=_bool, default=True)
-    p.add_argument("--exit-timeout-secs", type=float, default=30.0)
-    p.add_argument("--grpc-max-message-bytes", type=int, default=256 * 1024 * 1024,
+    p.add_argument("--repository-poll-secs", type=float, dest="poll_secs")
+    p.add_argument("--grpc-address")
+    p.add_argument("--grpc-port", type=int)
+    p.add_argument("--http-address")
+    p.add_argument("--http-port", type=int)
+    p.add_argument("--metrics-address")
+    p.add_argument("--metrics-port", type=int)
+    p.add_argument("--allow-grpc", type=_bool)
+    p.add_argument("--allow-http", type=_bool)
+    p.add_argument("--allow-metrics", type=_bool)
+    p.add_argument("--strict-readiness", type=_bool)
+    p.add_argument("--exit-timeout-secs", type=float)
+    p.add_argument("--grpc-max-message-bytes", type=int,
                    help="largest gRPC message accepted or sent; larger ones are refused with RESOURCE_EXHAUSTED")
-    p.add_argument("--grpc-stream-max-in-flight", type=int, default=64,
+    p.add_argument("--grpc-stream-max-in-flight", type=int,
                    help="requests of one ModelStreamInfer stream run concurrently, at most this many at once; "
                         "the stream is read further as they finish")
-    p.add_argument("--http-max-body-bytes", type=int, default=256 * 1024 * 1024,
+    p.add_argument("--http-max-body-bytes", type=int,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
-    p.add_argument("--http-max-json-bytes", type=int, default=8 * 1024 * 1024,
+    p.add_argument("--http-max-json-bytes", type=int,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")
-    p.add_argument("--max-config-bytes", type=int, default=1024 * 1024,
+    p.add_argument("--max-config-bytes", type=int,
                    help="largest config.pbtxt accepted; a larger one fails that model's load")
-    p.add_argument("--model-cache-dir", type=Path, default=None)
-    p.add_argument("--load-journal", type=Path, default=None,
+    p.add_argument("--model-cache-dir", type=Path)
+    p.add_argument("--load-journal", type=Path,
                    help="file recording the versions being loaded, so one that was loading when the process died "
                         "is skipped after the restart (default: <model-cache-dir>/load-journal when "
                         "--model-cache-dir is given; the default cache dir is temporary, so none without it)")
-    p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--server-name", default="ensemble-runtime",
+    p.add_argument("--log-verbose", type=int)
+    p.add_argument("--server-name",
                    help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
                         "NVIDIA's health examples, need --server-name=triton)")
-    p.add_argument("--memory-budget-bytes", type=int, default=0,
+    p.add_argument("--memory-budget-bytes", type=int,
                    help="memory a new version may take next to the loaded ones (0: no budget)")
-    p.add_argument("--memory-factor", type=float, default=2.0,
+    p.add_argument("--memory-factor", type=float,
                    help="estimated bytes in memory per byte of model files")
-    p.add_argument("--memory-policy", choices=["refuse", "drain-then-swap"], default="refuse",
+    p.add_argument("--memory-policy", choices=["refuse", "drain-then-swap"],
                    help="when a new version does not fit: refuse it (old keeps serving) or unload the old first "
                         "(not zero-downtime)")
-    p.add_argument("--s3-endpoint-url", default=None,
+    p.add_argument("--s3-endpoint-url",
                    help="S3 endpoint (default: AWS_ENDPOINT_URL, or the host:port in s3://host:port/bucket/prefix)")
-    p.add_argument("--s3-region", default=None, help="S3 region (default: AWS_REGION, else us-east-1)")
-    p.add_argument("--repository-settle-secs", type=float, default=1.0,
+    p.add_argument("--s3-region", help="S3 region (default: AWS_REGION, else us-east-1)")
+    p.add_argument("--repository-settle-secs", type=float,
                    help="at startup, a version without a .complete marker must list the same twice this far apart")
-    p.add_argument("--grpc-restricted-protocol", action="append", default=[], metavar="CATEGORIES:KEY=VALUE",
+    p.add_argument("--grpc-restricted-protocol", action="append", metavar="CATEGORIES:KEY=VALUE",
                    help="gRPC APIs in these categories (comma-separated: " + ", ".join(c.value for c in Category)
                         + ") answer only with metadata triton-grpc-protocol-KEY=VALUE (repeatable)")
-    p.add_argument("--http-restricted-api", action="append", default=[], metavar="CATEGORIES:KEY=VALUE",
+    p.add_argument("--http-restricted-api", action="append", metavar="CATEGORIES:KEY=VALUE",
                    help="HTTP APIs in these categories answer only with header KEY: VALUE (repeatable)")
-    p.add_argument("--model-load-timeout-secs", type=float, default=600.0,
+    p.add_argument("--model-load-timeout-secs", type=float,
                    help="a model version not loaded and warmed up within this time fails (UNAVAILABLE, the old "
                         "version keeps serving) and its load is abandoned; 0: no limit (Triton has none)")
-    p.add_argument("--max-instances-per-model", type=int, default=64,
+    p.add_argument("--max-instances-per-model", type=int,
                    help="a model version whose instance groups ask for more instances (threads, sessions) than "
                         "this is refused; 0: no limit")
-    p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop",
+    p.add_argument("--event-loop", choices=["uvloop", "asyncio"],
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
     return p
 
@@ -149,9 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
     parser = build_parser()
     args = parser.parse_args(argv)
-    values = vars(args)
-    values["control_mode"] = ControlMode(values["control_mode"])
-    settings = RuntimeSettings(**values)
+    settings = RuntimeSettings(**vars(args))
     for flag, check in (("--grpc-restricted-protocol", settings.grpc_restrictions),
                         ("--http-restricted-api", settings.http_restrictions)):
         try:

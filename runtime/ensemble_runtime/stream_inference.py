@@ -87,8 +87,7 @@ async def model_items(
 
 
 async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[StreamResponse, None]:
-    Registry.acquire(lv)
-    try:
+    with Registry.holding(lv):
         async with contextlib.aclosing(model_items(lv, request)) as items:
             async for item in items:
                 if item.error is not None:
@@ -98,8 +97,6 @@ async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[S
                     yield StreamResponse(response, final=item.final)
                 else:
                     yield StreamResponse(final=True)
-    finally:
-        Registry.release(lv)
 
 
 async def _ensemble(
@@ -108,9 +105,6 @@ async def _ensemble(
     steps = dict(dp.registry.ensemble_set(lv.model))  # one version set for every response of the request
     if not steps:
         raise unavailable(f"ensemble '{lv.model}' has no ready version set")
-    for step_lv in steps.values():
-        Registry.acquire(step_lv)
-    Registry.acquire(lv)
     parameters: dict[str, ParamValue] = {"ensemble_versions": describe_set(steps)}
     active: list[ResponseChannel] = []  # the decoupled steps whose responses are being run downstream
 
@@ -145,7 +139,7 @@ async def _ensemble(
             active.remove(channel)
         step_lv.stats.success.add(time.perf_counter_ns() - started)
 
-    try:
+    with Registry.holding(*steps.values(), lv):
         outputs = stream_ensemble(
             graph, request.inputs, request.requested_outputs, call_step, stream_step,
             streams=lambda step: is_decoupled(steps[step.index]),
@@ -164,7 +158,3 @@ async def _ensemble(
                 yield StreamResponse(response, final=final_sent)
         if not final_sent:
             yield StreamResponse(final=True)
-    finally:
-        for step_lv in steps.values():
-            Registry.release(step_lv)
-        Registry.release(lv)

@@ -18,7 +18,7 @@ from ensemble_runtime.backends.base import (
     ModelCaller,
     ModelInstance,
     ModelStreamCaller,
-    instance_count,
+    instance_slots,
 )
 from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.labels import read_labels
@@ -157,7 +157,7 @@ class VersionLoader:
         return Scheduler(lv.model, instances, BatchPolicy.from_config(config), lv.stats)
 
     def _check_instances(self, name: str, config: mc.ModelConfig) -> None:
-        count = instance_count(config)
+        count = len(instance_slots(config))
         if self.max_instances > 0 and count > self.max_instances:
             raise ConfigError(
                 f"model '{name}': instance_group asks for {count} instances, more than this runtime allows per "

@@ -1,55 +1,7 @@
-"""`import triton_python_backend_utils as pb_utils` for Triton `model.py` files run by ensemble_runtime."""
+"""`import triton_python_backend_utils as pb_utils` for Triton `model.py` files run by ensemble_runtime.
 
-from ensemble_runtime.backends.python.pb_utils import (
-    TRITON_STRING_TO_NUMPY,
-    TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
-    TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
-    TRITONSERVER_REQUEST_RELEASE_ALL,
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-    InferenceRequest,
-    InferenceResponse,
-    Logger,
-    LogLevel,
-    ModelConfig,
-    Tensor,
-    TritonError,
-    TritonModelException,
-    deserialize_bytes_tensor,
-    get_input_config_by_name,
-    get_input_tensor_by_name,
-    get_output_config_by_name,
-    get_output_tensor_by_name,
-    numpy_to_triton_type,
-    serialize_byte_tensor,
-    triton_string_to_numpy,
-    triton_to_numpy_type,
-    using_decoupled_model_transaction_policy,
-)
+The names, and their list, are the package's own (`ensemble_runtime.backends.python.pb_utils.__all__`).
+"""
 
-__all__ = [
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
-    "TRITONSERVER_REQUEST_RELEASE_ALL",
-    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
-    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-    "TRITON_STRING_TO_NUMPY",
-    "InferenceRequest",
-    "InferenceResponse",
-    "LogLevel",
-    "Logger",
-    "ModelConfig",
-    "Tensor",
-    "TritonError",
-    "TritonModelException",
-    "deserialize_bytes_tensor",
-    "get_input_config_by_name",
-    "get_input_tensor_by_name",
-    "get_output_config_by_name",
-    "get_output_tensor_by_name",
-    "numpy_to_triton_type",
-    "serialize_byte_tensor",
-    "triton_string_to_numpy",
-    "triton_to_numpy_type",
-    "using_decoupled_model_transaction_policy",
-]
+from ensemble_runtime.backends.python.pb_utils import *  # noqa: F403
+from ensemble_runtime.backends.python.pb_utils import __all__ as __all__

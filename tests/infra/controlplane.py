@@ -5,6 +5,12 @@ kube-scheduler, and kwok faking the nodes (and the kubelet's pod lifecycle) on w
         cp.kubectl("get", "nodes")
         kubeconfig = cp.service_account_kubeconfig("ensemble-system", "ensemble-operator")
 
+CustomResourceDefinitions passed as `crds` are created (and Established) before the controller-manager
+starts. Its garbage collector reads the API's resources once at start and then only every 30 s; an object of
+a kind it has not discovered yet is tracked as a "virtual" owner whose REST mapping fails, retried with
+exponential backoff, so children of such an owner deleted in that window are collected only at the next
+retry, 40 s to minutes later. On a real cluster CRDs exist long before their objects; here they do too.
+
 Everything lives in one temporary directory (certificates, kubeconfigs, etcd data, one log file per
 component); it is removed on exit unless `keep_workdir=True` (or the `workdir` was given by the caller).
 """
@@ -22,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+import yaml
 
 from tests.infra import components
 from tests.infra.api import JSON, ApiError, KubeApi
@@ -85,6 +93,7 @@ GPU_NODE = FakeNode(
 )
 CPU_NODE = FakeNode(name="kwok-cpu-0")
 DEFAULT_NODES = (GPU_NODE, CPU_NODE)
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 class ControlPlane:
@@ -99,6 +108,7 @@ class ControlPlane:
         startup_timeout: float = 180.0,
         locator: ToolLocator | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        crds: Sequence[Path] = (),
     ) -> None:
         self._nodes = tuple(nodes)
         self._given_workdir = workdir
@@ -106,6 +116,7 @@ class ControlPlane:
         self._startup_timeout = startup_timeout
         self._locator = locator or ToolLocator.from_env()
         self._extra_apiserver_args = tuple(extra_apiserver_args)
+        self._crds = tuple(crds)
         self._processes: list[ManagedProcess] = []
         self._workdir: Path | None = None
         self._pki: ClusterPKIFiles | None = None
@@ -159,6 +170,7 @@ class ControlPlane:
             logs,
         )
         self._wait_healthy(apiserver, f"{self.api_url}/readyz", self._api.ready_context)
+        self._create_crds()
 
         kcm = self._spawn(
             "kube-controller-manager",
@@ -231,6 +243,26 @@ class ControlPlane:
             alive=self._processes,
             detail=lambda: f"last lines of {proc.log_path}:\n{proc.log_tail()}",
         )
+
+    def _create_crds(self) -> None:
+        """Create `crds` and wait until each is Established (before the controller-manager starts)."""
+        names = []
+        for path in self._crds:
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    self.api("POST", CRD_PATH, document)
+                    names.append(document["metadata"]["name"])
+        for name in names:
+            poll_until(
+                functools.partial(self.crd_established, name),
+                timeout=self._startup_timeout,
+                what=f"CustomResourceDefinition {name} to be Established",
+                alive=self._processes,
+            )
+
+    def crd_established(self, name: str) -> bool:
+        conditions = self.api("GET", f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def _write_kubeconfigs(self, pki: ClusterPKIFiles) -> components.Kubeconfigs:
         directory = self.workdir / "kubeconfigs"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ensemble_runtime.config import model_config as mcfg
 from ensemble_runtime.validation import ModelSignature
+from google.protobuf import json_format
 from hypothesis import event, given
 
 from tests.property.config_text import CONFIG_TEXT
@@ -24,7 +25,7 @@ def accept_or_refuse(text: str) -> str:
         assert str(exc).strip(), "a ConfigError with no message"
         return "refused"
     ModelSignature.from_config(config)
-    mcfg.config_to_json(config)
+    json_format.MessageToJson(config)  # an accepted config also serialises
     return "accepted"
 
 

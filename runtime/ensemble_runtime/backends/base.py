@@ -51,11 +51,25 @@ class Backend(Protocol):
         ...
 
 
-def instance_count(config: mc.ModelConfig) -> int:
-    """Execution slots the instance groups ask for: `count` per listed GPU for GPU groups (Triton's rule)."""
-    total = 0
+@dataclass(frozen=True, slots=True)
+class InstanceSlot:
+    """One instance as the config alone names and places it (device-aware placement: gpu/placement.py)."""
+
+    kind: str  # "CPU", "GPU", "AUTO" or "MODEL"
+    name: str
+    device_id: int
+
+
+def instance_slots(config: mc.ModelConfig) -> list[InstanceSlot]:
+    """One slot per instance the instance groups ask for, named as Triton does: `count` per listed GPU for GPU
+    groups, `count` for any other group."""
+    slots: list[InstanceSlot] = []
     for group in config.instance_group:
-        per_device = max(1, group.count)
-        gpus = len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else 0
-        total += per_device * max(1, gpus)
-    return max(1, total)
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+        devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else [0]
+        index = 0
+        for device in devices:
+            for _ in range(max(1, group.count)):
+                slots.append(InstanceSlot(kind, f"{group.name}_{index}", device))
+                index += 1
+    return slots or [InstanceSlot("CPU", f"{config.name}_0_0", 0)]

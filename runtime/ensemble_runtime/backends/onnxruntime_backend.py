@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -24,7 +25,7 @@ from ensemble_runtime.errors import InferenceError, internal, invalid, quote_nam
 from ensemble_runtime.gpu.devices import GpuInventory
 from ensemble_runtime.gpu.nvml import detect_gpus
 from ensemble_runtime.gpu.placement import place_instances
-from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
+from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, run_merged
 
 ProviderSpec = str | tuple[str, ProviderOptions]
 
@@ -74,7 +75,8 @@ class OnnxInstance:
                     results.append(exc)
             return results
         try:
-            return list(await self._dispatch(self._run_merged, requests))
+            # self._run is timed: a merged batch that takes long sends the next ones to the pool
+            return list(await self._dispatch(functools.partial(run_merged, self._run), requests))
         except Exception as exc:
             return [exc] * len(requests)
 
@@ -103,18 +105,6 @@ class OnnxInstance:
         except Exception as exc:
             raise internal(f"onnxruntime failed running model '{self._name}': {exc}") from None
         return {name: _from_ort(value) for name, value in zip(self._outputs, values, strict=True)}
-
-    def _run_merged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        sizes = [next(iter(r.inputs.values())).shape[0] if r.inputs else 1 for r in requests]
-        names = list(requests[0].inputs)
-        merged = {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in names}
-        outputs = self._run(merged)  # timed: a merged batch that takes long sends the next ones to the pool
-        results: list[BackendResult] = []
-        offset = 0
-        for size in sizes:
-            results.append({name: value[offset : offset + size] for name, value in outputs.items()})
-            offset += size
-        return results
 
     async def close(self) -> None:
         return None

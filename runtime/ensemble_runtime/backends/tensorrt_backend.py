@@ -34,7 +34,7 @@ from ensemble_runtime.gpu.cuda import MISSING as CUDA_MISSING
 from ensemble_runtime.gpu.cuda import CudaRuntime, DeviceBuffer, PinnedBuffer, load_cudart
 from ensemble_runtime.gpu.devices import GpuInventory
 from ensemble_runtime.gpu.placement import Slot, choose_profile, place_instances
-from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
+from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, run_merged
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class TensorRTInstance:
                     results.append(exc)
             return results
         try:
-            return await loop.run_in_executor(self._pool, self._run_merged, requests)
+            return await loop.run_in_executor(self._pool, run_merged, self._run, requests)
         except Exception as exc:
             return [exc] * len(requests)
 
@@ -168,17 +168,6 @@ class TensorRTInstance:
             raise
         except Exception as exc:
             raise internal(f"TensorRT failed on GPU {self._context.device}: {type(exc).__name__}: {exc}") from None
-
-    def _run_merged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        sizes = [next(iter(r.inputs.values())).shape[0] if r.inputs else 1 for r in requests]
-        merged = {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in requests[0].inputs}
-        outputs = self._run(merged)
-        results: list[BackendResult] = []
-        offset = 0
-        for size in sizes:
-            results.append({name: value[offset : offset + size] for name, value in outputs.items()})
-            offset += size
-        return results
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

@@ -140,15 +140,6 @@ def check_config(config: mc.ModelConfig, directory_name: str) -> None:
             )
 
 
-def config_to_json(config: mc.ModelConfig) -> str:
-    """The JSON form Triton hands Python models as args['model_config'] and serves over HTTP."""
-    return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)
-
-
-def config_to_dict(config: mc.ModelConfig) -> dict[str, object]:
-    return json_format.MessageToDict(config, preserving_proto_field_name=True)
-
-
 def parse_config_override(text: str, source: str) -> mc.ModelConfig:
     """A config given through the load API: Triton sends JSON; pbtxt text is accepted too."""
     if text.lstrip().startswith("{"):

@@ -51,6 +51,8 @@ def audited_control_plane(
     with ControlPlane(
         locator=tool_locator,
         keep_workdir=keep,
+        # The chart's CRDs before the controller-manager, as on a real cluster (see tests/infra/controlplane.py).
+        crds=sorted((CHART / "crds").glob("*.yaml")),
         extra_apiserver_args=[
             f"--audit-policy-file={policy}",
             f"--audit-log-path={audit_dir / 'audit.log'}",
@@ -80,6 +82,7 @@ def release(audited_control_plane: ControlPlane, tmp_path_factory: pytest.TempPa
     cp.helm(
         "install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
         "-f", str(values), "--wait", "--timeout", "120s",
+        "--skip-crds",  # the control plane was started with the chart's CRDs (audited_control_plane)
     )  # fmt: skip
     TIMINGS["helm install --wait (s)"] = time.monotonic() - started
     cert, key = write_webhook_tls(cp, workdir / "tls")

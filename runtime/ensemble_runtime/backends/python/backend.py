@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import types
-from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.base import InstanceSlot, LoadContext, ModelInstance, instance_slots
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
 from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
@@ -66,7 +65,7 @@ class PythonBackend:
         if not isinstance(model_class, type):
             module.release()
             raise ConfigError(f"model '{config.name}': {path} defines no class {MODEL_CLASS}")
-        slots = _instance_slots(config)
+        slots = instance_slots(config)
         release = _Countdown(len(slots), module)
         target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name,
                                stream_caller=context.stream_caller)
@@ -120,28 +119,7 @@ class PythonBackend:
         return list(instances)
 
 
-@dataclass(frozen=True, slots=True)
-class _Slot:
-    kind: str  # "CPU", "GPU" or "MODEL"
-    name: str
-    device_id: int
-
-
-def _instance_slots(config: mc.ModelConfig) -> list[_Slot]:
-    """One slot per instance, named and placed as Triton does (`count` per listed GPU)."""
-    slots: list[_Slot] = []
-    for group in config.instance_group:
-        kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
-        devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else [0]
-        index = 0
-        for device in devices:
-            for _ in range(max(1, group.count)):
-                slots.append(_Slot(kind, f"{group.name}_{index}", device))
-                index += 1
-    return slots or [_Slot("CPU", f"{config.name}_0_0", 0)]
-
-
-def _initialize_args(config: mc.ModelConfig, context: LoadContext, config_json: str, slot: _Slot) -> dict[str, str]:
+def _initialize_args(config: mc.ModelConfig, context: LoadContext, config_json: str, slot: InstanceSlot) -> dict[str, str]:
     return {
         "model_config": config_json,
         "model_instance_kind": slot.kind,

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.decoupled import InferenceResponseSender
+from ensemble_runtime.backends.python.pb_types import error_code_of
 from ensemble_runtime.backends.python.pb_utils import (
     InferenceRequest,
     InferenceResponse,
     Tensor,
     TritonModelException,
-    error_code_of,
 )
 from ensemble_runtime.dtypes import numpy_to_wire
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate
