@@ -22,7 +22,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet
+	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet fuzz
 
 # Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real Triton
 # server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run through

@@ -13,6 +13,7 @@ import atheris
 
 with atheris.instrument_imports(include=["ensemble_runtime"]):
     from ensemble_runtime.config import model_config as mcfg
+    from ensemble_runtime.protocol.http_codec import model_config_json
     from ensemble_runtime.validation import ModelSignature
 
 from fuzz import invariant
@@ -30,7 +31,7 @@ def one_input(data: bytes) -> None:
         config = mcfg.apply_defaults(parsed, name)
         mcfg.check_config(config, name)
         ModelSignature.from_config(config)
-        mcfg.config_to_json(config)
+        model_config_json(config)  # what GET /v2/models/<m>/config serves
 
     invariant.check(parse_check_serve)
 
