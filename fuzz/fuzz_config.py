@@ -13,7 +13,7 @@ import atheris
 
 with atheris.instrument_imports(include=["ensemble_runtime"]):
     from ensemble_runtime.config import model_config as mcfg
-    from ensemble_runtime.protocol.http_codec import model_config_json
+    from ensemble_runtime.protocol.http_documents import model_config_json
     from ensemble_runtime.validation import ModelSignature
 
 from fuzz import invariant

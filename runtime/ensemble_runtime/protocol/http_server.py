@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler, Middleware
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.protocol import http_codec as codec
+from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.protocol import shared_memory_api, status_codes
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
@@ -108,16 +109,16 @@ class _Routes:
         model, version = _target(request)
         lv = self._dp.model_version(model, version)
         served = self._dp.registry.records[model].served
-        return _json(codec.model_metadata(self._dp.signature(lv), lv.config, served))
+        return _json(documents.model_metadata(self._dp.signature(lv), lv.config, served))
 
     async def model_config(self, request: web.Request) -> web.Response:
         model, version = _target(request)
-        return _json(codec.model_config_json(self._dp.model_config(model, version)))
+        return _json(documents.model_config_json(self._dp.model_config(model, version)))
 
     async def statistics(self, request: web.Request) -> web.Response:
         model, version = request.match_info.get("model", ""), request.match_info.get("version", "")
         versions = self._dp.statistics(model, version)
-        return _json(codec.model_statistics((lv.model, lv.version, lv.stats) for lv in versions))
+        return _json(documents.model_statistics((lv.model, lv.version, lv.stats) for lv in versions))
 
     async def ensemble_versions(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
@@ -155,13 +156,13 @@ class _Routes:
 
     # ---- repository ---------------------------------------------------------------------------------
     async def repository_index(self, request: web.Request) -> web.Response:
-        ready_only = codec.index_ready_only(bytes(await self._json_body(request)))
-        return _json(codec.repository_index(self._dp.repository_index(ready_only)))
+        ready_only = documents.index_ready_only(bytes(await self._json_body(request)))
+        return _json(documents.repository_index(self._dp.repository_index(ready_only)))
 
     async def load(self, request: web.Request) -> web.Response:
         self._dp.require_repository_control()
         model = request.match_info["model"]
-        override = codec.load_config_override(bytes(await self._json_body(request)), model)
+        override = documents.load_config_override(bytes(await self._json_body(request)), model)
         await self._dp.load(model, override)
         return web.Response(status=status_codes.HTTP_OK)
 

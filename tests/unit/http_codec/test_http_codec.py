@@ -12,6 +12,7 @@ import tritonclient.http as httpclient
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import InferResponse
 from ensemble_runtime.protocol import http_codec as codec
+from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.repository_index import IndexEntry
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 from google.protobuf import text_format
@@ -254,7 +255,7 @@ def test_config_json_is_tritons_shape() -> None:
         'parameters { key: "k" value { string_value: "v" } }',
         mc.ModelConfig(),
     )
-    got = codec.model_config_json(config)
+    got = documents.model_config_json(config)
     assert got["max_batch_size"] == 0  # defaults are printed, as Triton does
     assert got["input"][0]["dims"] == [4] and got["output"][0]["dims"] == [-1, 2]
     assert got["output"][0]["data_type"] == "TYPE_STRING"
@@ -265,17 +266,17 @@ def test_config_json_is_tritons_shape() -> None:
 
 def test_load_config_override_turns_json_into_pbtxt() -> None:
     override = json.dumps({"name": "m", "max_batch_size": 4, "input": [{"name": "x", "dims": [4]}]})
-    text = codec.load_config_override(json.dumps({"parameters": {"config": override}}).encode(), "m")
+    text = documents.load_config_override(json.dumps({"parameters": {"config": override}}).encode(), "m")
     assert text is not None
     parsed = text_format.Parse(text, mc.ModelConfig())
     assert parsed.max_batch_size == 4 and list(parsed.input[0].dims) == [4]
-    assert codec.load_config_override(b"", "m") is None
-    assert codec.load_config_override(b"{}", "m") is None
+    assert documents.load_config_override(b"", "m") is None
+    assert documents.load_config_override(b"{}", "m") is None
     with pytest.raises(InferenceError, match=r"'config' is not a valid JSON model config") as info:
-        codec.load_config_override(json.dumps({"parameters": {"config": '{"nope": 1}'}}).encode(), "m")
+        documents.load_config_override(json.dumps({"parameters": {"config": '{"nope": 1}'}}).encode(), "m")
     assert info.value.code is ErrorCode.INTERNAL and str(info.value).startswith("failed to load 'm'")
     with pytest.raises(InferenceError) as info:
-        codec.load_config_override(json.dumps({"parameters": {"file:1/model.onnx": "AAA"}}).encode(), "m")
+        documents.load_config_override(json.dumps({"parameters": {"file:1/model.onnx": "AAA"}}).encode(), "m")
     assert info.value.code is ErrorCode.UNIMPLEMENTED
 
 
@@ -285,13 +286,13 @@ def test_repository_index_leaves_out_what_is_unknown() -> None:
         IndexEntry("b", "", "", ""),
         IndexEntry("c", "", "UNAVAILABLE", "bad"),
     ]
-    assert codec.repository_index(entries) == [
+    assert documents.repository_index(entries) == [
         {"name": "a", "version": "1", "state": "READY"},
         {"name": "b"},
         {"name": "c", "state": "UNAVAILABLE", "reason": "bad"},
     ]
-    assert codec.index_ready_only(b'{"ready": true}') is True
-    assert codec.index_ready_only(b"") is False
+    assert documents.index_ready_only(b'{"ready": true}') is True
+    assert documents.index_ready_only(b"") is False
 
 
 def test_statistics_json() -> None:
@@ -301,7 +302,7 @@ def test_statistics_json() -> None:
     stats.record_request(3, queue_ns=11, compute=compute)
     stats.record_request(1, queue_ns=13, compute=compute)
     stats.record_execution(4, compute, now_ms=1234)
-    got = codec.model_statistics([("m", 2, stats)])["model_stats"][0]
+    got = documents.model_statistics([("m", 2, stats)])["model_stats"][0]
     assert (got["name"], got["version"], got["inference_count"], got["execution_count"]) == ("m", "2", 4, 1)
     assert got["last_inference"] == 1234
     assert got["inference_stats"]["success"] == {"count": 1, "ns": 50}
