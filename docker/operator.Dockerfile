@@ -9,7 +9,7 @@ COPY runtime ./runtime
 COPY examples ./examples
 RUN pip wheel --no-deps --wheel-dir /wheels . \
  && pip wheel --wheel-dir /wheels "kopf>=1.37" "kubernetes>=30.1" "pyyaml>=6.0" "cryptography>=42" \
-      "pydantic>=2.7" "pydantic-settings>=2.3" "jsonschema>=4.20"
+      "pydantic>=2.7" "pydantic-settings>=2.3" "jsonschema>=4.20" "protobuf>=5.26"
 
 FROM python:3.11-slim
 RUN useradd --uid 1000 --create-home operator

@@ -10,6 +10,8 @@ import time
 
 import pytest
 import yaml
+from ensemble_contract.model_config import model_config_message
+from google.protobuf import text_format
 
 from tests.infra.controlplane import GPU_NODE, ControlPlane
 
@@ -38,6 +40,12 @@ from .support import (
 )
 
 pytestmark = pytest.mark.controlplane
+
+
+def _specific_versions(config_pbtxt: str) -> list[int] | None:
+    """The versions a rendered config.pbtxt pins (`version_policy.specific`); None under another policy."""
+    policy = text_format.Parse(config_pbtxt, model_config_message({})).version_policy
+    return list(policy.specific.versions) if policy.WhichOneof("policy_choice") == "specific" else None
 
 
 def _owned_by(obj: JSON, owner: JSON) -> bool:
@@ -194,8 +202,7 @@ def test_model_change_updates_the_config_map_not_the_pods(
         "repository.json to follow the Model's version policy",
     )
     (entry,) = [m for m in json.loads(config_after)["models"] if m["name"] == "classifier"]
-    assert "version_policy: { specific: { versions: [1, 2] } }" in entry["config_pbtxt"]
-    assert "latest" not in entry["config_pbtxt"]
+    assert _specific_versions(entry["config_pbtxt"]) == [1, 2]
     after = _deploy(cp, ns, name)
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert after["spec"]["template"] == before["spec"]["template"]
@@ -213,13 +220,13 @@ def test_models_changed_together_reach_the_pods_in_one_config_write(
     wait_ensemble(cp, ns, name, phase_is("Ready"), "phase Ready", timeout=90)
     config_path = _children(ns, name)["ConfigMap"]
     names = ("classifier", "postprocess")
-    pinned = "version_policy: { specific: { versions: [1] } }"
+    pinned = [1]
 
     def entries() -> dict[str, str]:
         document = json.loads(cp.api("GET", config_path)["data"]["repository.json"])
         return {m["name"]: m["config_pbtxt"] for m in document["models"]}
 
-    assert not any(pinned in text for text in entries().values())
+    assert not any(_specific_versions(text) == pinned for text in entries().values())
 
     def quiet() -> int | None:
         """The audit log's length once the operator has written nothing here for 3 s (the Models' own create
@@ -235,7 +242,7 @@ def test_models_changed_together_reach_the_pods_in_one_config_write(
         body["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
         cp.api("PUT", path, body)
         time.sleep(0.5)
-    wait_for(lambda: all(pinned in entries()[m] for m in names) or None, "both pins written")
+    wait_for(lambda: all(_specific_versions(entries()[m]) == pinned for m in names) or None, "both pins written")
     time.sleep(2.0)  # the second Model's handler, had it written again, has by now
     writes = [e for e in audit_log.since(mark, ns, writes=True) if e.get("objectRef", {}).get("resource") == "configmaps"]
     assert len(writes) == 1, [describe(e) for e in writes]

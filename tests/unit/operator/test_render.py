@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ensemble_contract.model_config import DATA_TYPES, model_config_message
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.plan import ObjectKey, plan_ensemble
 from ensemble_operator.render.common import (
@@ -21,6 +22,7 @@ from ensemble_operator.render.common import (
 )
 from ensemble_operator.render.control import control_token
 from ensemble_operator.render.runtime_config import RepositoryConfig
+from google.protobuf import text_format
 
 GOLDEN = Path(__file__).parent / "golden"
 OPERATOR_KEY = "test-operator-key"
@@ -206,13 +208,22 @@ def test_repository_json_matches_schema(ensemble: Ensemble, models: dict[str, Mo
     assert [m.name for m in config.models] == ["classifier", "postprocess", "preprocess"]
     assert config.s3 is not None and config.s3.endpoint_url == "http://minio.storage.svc:9000"
     (ens,) = config.ensembles
-    assert 'platform: "ensemble"' in ens.config_pbtxt
-    assert 'model_name: "classifier"' in ens.config_pbtxt
-    assert 'input_map { key: "input" value: "pixels" }' in ens.config_pbtxt
-    classifier = config.models[0].config_pbtxt or ""
-    assert "version_policy: { latest: { num_versions: 2 } }" in classifier
-    assert "data_type: TYPE_FP32" in classifier
-    assert "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 500 }" in classifier
+    ensemble_config = _parsed(ens.config_pbtxt)
+    assert ensemble_config.platform == "ensemble"
+    steps = ensemble_config.ensemble_scheduling.step
+    assert [s.model_name for s in steps] == ["preprocess", "classifier", "postprocess"]
+    assert dict(steps[1].input_map) == {"input": "pixels"}
+    classifier = _parsed(config.models[0].config_pbtxt or "")
+    assert classifier.version_policy.WhichOneof("policy_choice") == "latest"
+    assert classifier.version_policy.latest.num_versions == 2
+    assert [t.data_type for t in classifier.input] == [DATA_TYPES.index("TYPE_FP32")]
+    assert list(classifier.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert classifier.dynamic_batching.max_queue_delay_microseconds == 500
+
+
+def _parsed(text: str) -> Any:
+    """config.pbtxt text read back into the ModelConfig message it was written from."""
+    return text_format.Parse(text, model_config_message({}))
 
 
 def _restart_hash(ensemble: Ensemble, models: dict[str, Model]) -> str:

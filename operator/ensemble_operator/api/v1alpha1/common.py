@@ -14,6 +14,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DATA_TYPE_PATTERN = (
     r"^(TYPE_)?(BOOL|UINT8|UINT16|UINT32|UINT64|INT8|INT16|INT32|INT64|FP16|FP32|FP64|BF16|BYTES|STRING)$"
 )
+# Bounds of the ModelConfig fields (Triton's int32 and uint32) the operator writes numbers into.
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 

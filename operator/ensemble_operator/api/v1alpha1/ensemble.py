@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from .common import (
     API_VERSION,
+    INT32_MAX,
     Condition,
     DnsLabel,
     IntOrString,
@@ -127,7 +128,7 @@ class EnsembleSpec(KubeModel):
     steps: list[Step] = Field(
         min_length=1, max_length=MAX_STEPS, json_schema_extra=_unique_names_rule("step")
     )
-    max_batch_size: Annotated[int, Field(ge=0)] = 0
+    max_batch_size: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
     replicas: Annotated[int, Field(ge=0)] = 1
     resources: ResourceRequirements | None = None
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, json_schema_extra={"default": {}})

@@ -6,13 +6,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from .common import API_VERSION, Condition, KubeModel, ObjectMeta, ResourceName, TensorSpec
+from .common import API_VERSION, INT32_MAX, UINT32_MAX, Condition, KubeModel, ObjectMeta, ResourceName, TensorSpec
 
 SOURCE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|/.*|file:///.*)$"
 
 
 class LatestVersions(KubeModel):
-    num_versions: Annotated[int, Field(ge=1)] = 1
+    num_versions: Annotated[int, Field(ge=1, le=UINT32_MAX)] = 1
 
 
 class SpecificVersions(KubeModel):
@@ -66,14 +66,14 @@ class VersionPolicy(KubeModel):
 
 
 class DynamicBatching(KubeModel):
-    preferred_batch_size: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=16)
+    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = Field(default_factory=list, max_length=16)
     max_queue_delay_microseconds: Annotated[int, Field(ge=0)] = 0
 
 
 class InstanceGroup(KubeModel):
-    count: Annotated[int, Field(ge=1)] = 1
+    count: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
     kind: Literal["KIND_AUTO", "KIND_GPU", "KIND_CPU"] = "KIND_AUTO"
-    gpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=16)
+    gpus: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] = Field(default_factory=list, max_length=16)
 
 
 class SecretKeyRef(KubeModel):
@@ -120,7 +120,7 @@ class ModelSpec(KubeModel):
         default_factory=lambda: VersionPolicy(latest=LatestVersions(num_versions=1)),
         json_schema_extra={"default": {"latest": {"numVersions": 1}}},
     )
-    max_batch_size: Annotated[int, Field(ge=0)] | None = None
+    max_batch_size: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     dynamic_batching: DynamicBatching | None = None
     instance_groups: list[InstanceGroup] = Field(default_factory=list, max_length=16)
     inputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
