@@ -256,22 +256,6 @@ def in_use_by_model(in_use: Iterable[tuple[str, int]]) -> dict[str, set[int]]:
     return out
 
 
-def describe_plan(plan: VersionPlan) -> str:
-    """A short log line: what a sync does to one model."""
-    parts = [
-        f"{label} {', '.join(map(str, values))}"
-        for label, values in (
-            ("download", plan.download),
-            ("remove", plan.remove),
-            ("kept in use", plan.kept_in_use),
-            ("pending", plan.pending),
-            ("missing", plan.missing),
-        )
-        if values
-    ]
-    return "; ".join(parts) or "up to date"
-
-
 # --- the operator's repository config (JSON; schema in ensemble_contract.repository) -------------------
 
 
