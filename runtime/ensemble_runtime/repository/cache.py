@@ -33,8 +33,8 @@ from ensemble_runtime.repository.remote import (
     ModelListing,
     ObjectInfo,
     complete_versions,
-    plan_removed_model,
-    plan_versions,
+    removed_model_changes,
+    version_changes,
 )
 
 TMP_DIR = ".tmp"
@@ -257,7 +257,7 @@ class ConfigText:
 class ModelOutcome:
     changed: bool = False
     errors: dict[str, str] = field(default_factory=dict)  # model or "model/version" -> reason
-    awaited: tuple[int, ...] = ()  # versions still uploading that the policy will select (VersionPlan.awaited)
+    awaited: tuple[int, ...] = ()  # versions still uploading that the policy will select (VersionChanges.awaited)
 
 
 def materialise_model(
@@ -290,20 +290,21 @@ def materialise_model(
         return outcome
     policy = config.version_policy if config is not None else apply_defaults(mc.ModelConfig(), name).version_policy
     ensemble = config is not None and is_ensemble(config)
-    plan = plan_versions(listing, complete_versions(listing, previous), cache.versions(name), policy, in_use, ensemble)
-    outcome.awaited = plan.awaited
-    for version in plan.download:
+    complete = complete_versions(listing, previous)
+    changes = version_changes(listing, complete, cache.versions(name), policy, in_use, ensemble)
+    outcome.awaited = changes.awaited
+    for version in changes.download:
         files = listing.versions[version].files
         try:
             cache.install_version(name, version, files, functools.partial(_fetch_all, origin, version, files))
             outcome.changed = True
         except fetch_errors as exc:
             outcome.errors[f"{name}/{version}"] = str(exc)
-    for version in plan.missing:
+    for version in changes.missing:
         outcome.errors[f"{name}/{version}"] = (
             f"version {version} is named by the version policy but is not (completely) in {origin.label}"
         )
-    if plan.empty_version and cache.ensure_empty_version(name, 1):
+    if changes.empty_version and cache.ensure_empty_version(name, 1):
         outcome.changed = True
     if config_text is not None and cache.config_tag(name) != config_text.tag:
         cache.write_config(name, config_text.text, config_text.tag)
@@ -311,7 +312,7 @@ def materialise_model(
     elif config_text is None and cache.read_config(name) is not None:
         cache.remove_config(name)
         outcome.changed = True
-    for version in plan.remove:
+    for version in changes.remove:
         cache.remove_version(name, version)
         outcome.changed = True
     return outcome
@@ -361,9 +362,9 @@ def _fetch_all(origin: Origin, version: int, files: Manifest, staging: Path) -> 
 def _remove_model(cache: ModelCache, name: str, in_use: Collection[int], outcome: ModelOutcome) -> None:
     if name not in cache.models():
         return
-    plan = plan_removed_model(cache.versions(name), in_use)
-    for version in plan.remove:
+    changes = removed_model_changes(cache.versions(name), in_use)
+    for version in changes.remove:
         cache.remove_version(name, version)
         outcome.changed = True
-    if not plan.kept_in_use and cache.remove_model_if_empty(name):
+    if not changes.kept_in_use and cache.remove_model_if_empty(name):
         outcome.changed = True

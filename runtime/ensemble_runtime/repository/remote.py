@@ -1,4 +1,4 @@
-"""Pure logic of remote (S3) model repositories: URIs, listings, completeness, and the per-model sync plan.
+"""Pure logic of remote (S3) model repositories: URIs, listings, completeness, and what a sync changes per model.
 
 Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache and `sources.py`
 puts them together.
@@ -180,25 +180,25 @@ def complete_versions(current: ModelListing, previous: ModelListing | None) -> s
 
 
 @dataclass(frozen=True, slots=True)
-class VersionPlan:
+class VersionChanges:
     download: tuple[int, ...] = ()  # complete, selected, and absent from the cache or different there
     remove: tuple[int, ...] = ()  # cached but no longer in S3 or no longer selected, and not in use
     kept_in_use: tuple[int, ...] = ()  # would be removed but are being served: removed by a later sync
     pending: tuple[int, ...] = ()  # present in S3 but not complete yet (cached copies, if any, are kept)
-    selected: tuple[int, ...] = ()  # what the cache holds for this model once the plan has run
+    selected: tuple[int, ...] = ()  # what the cache holds for this model once the changes are made
     missing: tuple[int, ...] = ()  # asked for by a `specific` policy but not (completely) in S3
     empty_version: bool = False  # ensemble without version folders: create `<model>/1/`
     awaited: tuple[int, ...] = ()  # pending versions the policy would select once complete (upload in flight)
 
 
-def plan_versions(
+def version_changes(
     listing: ModelListing,
     complete: Collection[int],
     cached: Mapping[int, Manifest | None],
     policy: mc.ModelVersionPolicy,
     in_use: Collection[int] = (),
     ensemble: bool = False,
-) -> VersionPlan:
+) -> VersionChanges:
     """Which versions to download and remove for one model.
 
     `cached` maps each version folder in the cache to the manifest it was downloaded with (None when
@@ -211,7 +211,7 @@ def plan_versions(
     pending = sorted(present - complete)
     available = complete | {v for v in pending if cached.get(v) is not None}
     if ensemble and not present:
-        return _plan_empty_ensemble(cached, in_use)
+        return _empty_ensemble_changes(cached, in_use)
     selection = select_versions(policy, available)
     selected = set(selection.selected)
     download = sorted(v for v in selected if v in complete and cached.get(v) != listing.versions[v].files)
@@ -219,7 +219,7 @@ def plan_versions(
     remove = tuple(v for v in dropping if v not in in_use)
     kept = tuple(v for v in dropping if v in in_use)
     awaited = set(select_versions(policy, available | set(pending)).selected) - selected
-    return VersionPlan(
+    return VersionChanges(
         download=tuple(download),
         remove=remove,
         kept_in_use=kept,
@@ -230,9 +230,9 @@ def plan_versions(
     )
 
 
-def _plan_empty_ensemble(cached: Mapping[int, Manifest | None], in_use: Collection[int]) -> VersionPlan:
+def _empty_ensemble_changes(cached: Mapping[int, Manifest | None], in_use: Collection[int]) -> VersionChanges:
     dropping = sorted(v for v in cached if v != 1)
-    return VersionPlan(
+    return VersionChanges(
         remove=tuple(v for v in dropping if v not in in_use),
         kept_in_use=tuple(v for v in dropping if v in in_use),
         selected=(1,),
@@ -240,10 +240,10 @@ def _plan_empty_ensemble(cached: Mapping[int, Manifest | None], in_use: Collecti
     )
 
 
-def plan_removed_model(cached: Collection[int], in_use: Collection[int]) -> VersionPlan:
+def removed_model_changes(cached: Collection[int], in_use: Collection[int]) -> VersionChanges:
     """A model gone from the repository: every cached version goes, except those being served."""
     ordered = sorted(cached)
-    return VersionPlan(
+    return VersionChanges(
         remove=tuple(v for v in ordered if v not in in_use),
         kept_in_use=tuple(v for v in ordered if v in in_use),
     )

@@ -1,4 +1,4 @@
-"""Pure parts of remote repositories: URIs, regions, listings, completeness, version plans, the JSON config."""
+"""Pure parts of remote repositories: URIs, regions, listings, completeness, version changes, the JSON config."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from ensemble_runtime.repository.remote import (
     group_model,
     parse_repository_config,
     parse_s3_uri,
-    plan_removed_model,
-    plan_versions,
+    removed_model_changes,
     split_repository,
+    version_changes,
 )
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -192,7 +192,7 @@ THREE = listing_of(v1=(A, False), v2=(A, False), v3=(B, False))
         ("specific missing", THREE, {1, 2}, {}, specific(1, 3, 7), (), {"download": (1,), "missing": (3, 7)}),
     ],
 )
-def test_plan_versions(
+def test_version_changes(
     case: str,
     listing: ModelListing,
     complete: set[int],
@@ -201,19 +201,19 @@ def test_plan_versions(
     in_use: tuple[int, ...],
     want: dict[str, tuple[int, ...]],
 ) -> None:
-    plan = plan_versions(listing, complete, cached, policy, in_use)
+    changes = version_changes(listing, complete, cached, policy, in_use)
     for field_name, value in want.items():
-        assert getattr(plan, field_name) == value, f"{case}: {field_name}"
+        assert getattr(changes, field_name) == value, f"{case}: {field_name}"
 
 
-def test_plan_for_ensemble_without_versions() -> None:
-    plan = plan_versions(ModelListing("e", obj("config.pbtxt")), set(), {2: None}, latest(1), (), ensemble=True)
-    assert plan.empty_version and plan.selected == (1,) and plan.remove == (2,)
+def test_version_changes_for_ensemble_without_versions() -> None:
+    changes = version_changes(ModelListing("e", obj("config.pbtxt")), set(), {2: None}, latest(1), (), ensemble=True)
+    assert changes.empty_version and changes.selected == (1,) and changes.remove == (2,)
 
 
-def test_plan_removed_model() -> None:
-    plan = plan_removed_model({1, 2, 3}, {2})
-    assert plan.remove == (1, 3) and plan.kept_in_use == (2,)
+def test_removed_model_changes() -> None:
+    changes = removed_model_changes({1, 2, 3}, {2})
+    assert changes.remove == (1, 3) and changes.kept_in_use == (2,)
 
 
 def test_parse_repository_config() -> None:
