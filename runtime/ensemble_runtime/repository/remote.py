@@ -1,7 +1,7 @@
 """Pure logic of remote (S3) model repositories: URIs, listings, completeness, and what a sync changes per model.
 
-Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache and `sources.py`
-puts them together.
+Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache, `sync.py`
+applies one model's changes to it and `sources.py` puts them together.
 
 Completeness rule (also in docs/s3.md). A version folder `<model>/<version>/` is *complete*, and may be
 materialised into the cache and loaded, when either

@@ -31,13 +31,7 @@ from ensemble_contract.repository import RepositoryConfig
 from google.protobuf import text_format
 
 from ensemble_runtime.config.model_config import ConfigError, parse_config_override
-from ensemble_runtime.repository.cache import (
-    ConfigText,
-    ModelCache,
-    ModelOutcome,
-    OriginError,
-    materialise_model,
-)
+from ensemble_runtime.repository.cache import ModelCache
 from ensemble_runtime.repository.remote import (
     ModelListing,
     ObjectInfo,
@@ -50,6 +44,7 @@ from ensemble_runtime.repository.remote import (
     split_repository,
 )
 from ensemble_runtime.repository.s3 import S3Settings, S3Storage, StorageError
+from ensemble_runtime.repository.sync import ConfigText, ModelOutcome, OriginError, materialise_model
 
 log = logging.getLogger(__name__)
 
