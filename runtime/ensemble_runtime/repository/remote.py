@@ -9,8 +9,8 @@ materialised into the cache and loaded, when either
 1. it contains a marker object named `.complete` (`<model>/<version>/.complete`): complete at once, so
    uploaders that write the marker last get their version picked up by the next sync; or
 2. its listing (every key below it with size and ETag) is identical in two consecutive syncs: a version
-   appears one poll after its upload finished. The first sync of a process has no previous listing, so it
-   lists twice, `settle_secs` apart (default 1 s).
+   appears one poll after its upload finished. A model with no previous listing (every model at the first
+   sync of a process, a model new to the repository later) is listed twice, `settle_secs` apart (default 1 s).
 
 A version that is not complete is never downloaded. When a version already in the cache changes in S3, the
 cached copy is kept unchanged until the new listing is complete, then replaced as a whole.
@@ -189,6 +189,22 @@ class VersionChanges:
     missing: tuple[int, ...] = ()  # asked for by a `specific` policy but not (completely) in S3
     empty_version: bool = False  # ensemble without version folders: create `<model>/1/`
     awaited: tuple[int, ...] = ()  # pending versions the policy would select once complete (upload in flight)
+
+
+def needs_second_listing(listed: Collection[str], previous: Collection[str], settle: bool) -> bool:
+    """Whether a sync lists again, settle_secs later, before comparing: asked to (`settle`: an explicit load
+    cannot wait for the next poll), or some listed model has no earlier listing to compare with (the first sync
+    of a process, a model new to the repository)."""
+    return settle or any(name not in previous for name in listed)
+
+
+def settled_baseline(
+    previous: Mapping[str, ModelListing], first: Mapping[str, ModelListing], settle: bool
+) -> dict[str, ModelListing]:
+    """The listings the second listing is compared with: the first listing for the models it was taken for
+    (every listed model when `settle`, else those with no earlier listing); the others keep their listing from
+    the previous sync, so their versions still need two consecutive polls to agree."""
+    return {**previous, **{name: listing for name, listing in first.items() if settle or name not in previous}}
 
 
 def version_changes(

@@ -14,9 +14,11 @@ from ensemble_runtime.repository.remote import (
     choose_region,
     complete_versions,
     group_model,
+    needs_second_listing,
     parse_repository_config,
     parse_s3_uri,
     removed_model_changes,
+    settled_baseline,
     split_repository,
     version_changes,
 )
@@ -214,6 +216,35 @@ def test_version_changes_for_ensemble_without_versions() -> None:
 def test_removed_model_changes() -> None:
     changes = removed_model_changes({1, 2, 3}, {2})
     assert changes.remove == (1, 3) and changes.kept_in_use == (2,)
+
+
+@pytest.mark.parametrize(
+    ("listed", "previous", "settle", "want"),
+    [
+        ((), (), False, False),  # nothing listed: nothing to compare
+        (("a",), (), False, True),  # first sync of a process
+        (("a", "b"), ("a",), False, True),  # a model new to the repository
+        (("a",), ("a", "b"), False, False),  # every listed model has an earlier listing: the poll compares
+        (("a",), ("a",), True, True),  # an explicit load lists twice now
+    ],
+)
+def test_needs_second_listing(listed: tuple[str, ...], previous: tuple[str, ...], settle: bool, want: bool) -> None:
+    assert needs_second_listing(listed, previous, settle) is want
+
+
+def test_settled_baseline_replaces_only_what_the_first_listing_was_taken_for() -> None:
+    old_a, old_c = ModelListing("a"), ModelListing("c")
+    first_a, first_b = ModelListing("a", obj("config.pbtxt")), ModelListing("b")
+    previous = {"a": old_a, "c": old_c}
+    first = {"a": first_a, "b": first_b}
+
+    polled = settled_baseline(previous, first, settle=False)
+    assert polled == {"a": old_a, "b": first_b, "c": old_c}  # a keeps its last poll: two polls must agree
+    assert polled["a"] is old_a
+
+    explicit = settled_baseline(previous, first, settle=True)
+    assert explicit["a"] is first_a and explicit["b"] is first_b and explicit["c"] is old_c
+    assert previous == {"a": old_a, "c": old_c}  # not changed in place
 
 
 def test_parse_repository_config() -> None:
