@@ -1,4 +1,7 @@
-"""The one data plane every transport calls: inference, readiness, metadata, statistics, repository control."""
+"""The data plane every transport calls for inference, readiness, metadata and statistics.
+
+The repository side (index, load/unload, storage status) is `repository_plane.RepositoryPlane`; the
+transports call each for its own requests, as MLServer and KServe divide them."""
 
 from __future__ import annotations
 
@@ -7,11 +10,9 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
-from ensemble_contract.status import SourceStatus, StorageStatus
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
-from ensemble_runtime.config.names import load_failed, not_in_repository, valid_model_name
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import run_ensemble
 from ensemble_runtime.errors import (
@@ -26,19 +27,15 @@ from ensemble_runtime.errors import (
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set, parse_version
-from ensemble_runtime.repository_index import IndexEntry
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.stats import ComputeTimes
-from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.stream_inference import DECOUPLED_REFUSAL, infer_stream
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
-# Triton's answer (UNAVAILABLE) to load/unload in control modes none and poll
-CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 GRPC_ENDPOINT = "ModelInfer RPC"  # how Triton names the endpoint that refuses decoupled models
 HTTP_ENDPOINT = "HTTP end point"
 BLS_ENDPOINT = "InferenceRequest.exec() without decoupled=True"
@@ -51,11 +48,9 @@ EXTENSIONS = (
 @dataclass
 class DataPlane:
     registry: Registry
-    manager: ModelManager
+    manager: ModelManager  # readiness: the models the configuration asks for (ModelManager.ready)
     strict_readiness: bool = True
-    repository_control: bool = False  # load/unload answer only in explicit model control mode, as in Triton
     server_name: str = SERVER_NAME  # --server-name: what server metadata calls this server
-    storage: Storage = field(default_factory=lambda: Storage([], Registry()))
     # id(config) -> (that config, its signature); holding the config keeps its id from being reused
     _signatures: dict[int, tuple[object, ModelSignature]] = field(default_factory=dict)
     accepting: bool = True
@@ -130,60 +125,6 @@ class DataPlane:
             for v in rec.served
             if v in rec.versions
         ]
-
-    # ---- repository ---------------------------------------------------------------------------
-    def storage_status(self) -> StorageStatus:
-        """What the last syncs of remote repositories reported (for operators and probes), and `models`: the
-        versions found in storage per model (remote listings, plus the version folders of plain local
-        repositories), `uploading`: versions seen mid-upload that the version policy will select once complete,
-        and `config_digest`: the SHA-256 of the repository config file as last applied (None without one)."""
-        cached = set(self.storage.roots)
-        local = {
-            name: list(loc.versions) for name, loc in self.manager.scan().items() if loc.path.parent not in cached
-        }
-        return StorageStatus(
-            sources=[
-                SourceStatus(
-                    source=s.label, error=s.error, errors=s.errors, last_success=s.last_success, failures=s.failures
-                )
-                for s in self.storage.status
-            ],
-            reachable=all(not s.error for s in self.storage.status),
-            models=merge_versions([self.storage.found_versions(), local]),
-            uploading=self.storage.awaited_versions(),
-            config_digest=self.storage.config_digest(),
-        )
-
-    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
-        self.manager.scan()
-        entries = self.manager.index(ready_only)
-        if ready_only:
-            return entries
-        # versions that could not be fetched from storage never reached the loader: report them too
-        known = {(e.name, e.version) for e in entries}
-        for where, reason in sorted(self.storage.model_errors().items()):
-            name, _, version = where.partition("/")
-            if (name, version) not in known:
-                entries.append(IndexEntry(name, version, "UNAVAILABLE", f"storage: {reason}"))
-        return entries
-
-    def require_repository_control(self) -> None:
-        """Refuse load/unload outside explicit mode (transports call it before reading the request body)."""
-        if not self.repository_control:
-            raise unavailable(CONTROL_REFUSED)
-
-    async def load(self, name: str, config_override: str | None = None) -> None:
-        self.require_repository_control()
-        if not valid_model_name(name):  # never looked up: the answer an unknown name gets
-            raise internal(load_failed(name, not_in_repository(name)))
-        try:
-            await self.manager.load([name], {name: config_override} if config_override else None)
-        finally:  # asked for from now on, loaded or not (not if no repository has it)
-            self.manager.note_requested(name)
-
-    async def unload(self, name: str) -> None:
-        self.require_repository_control()
-        await self.manager.unload(name)
 
     # ---- inference ----------------------------------------------------------------------------
     def signature(self, lv: LoadedVersion) -> ModelSignature:

@@ -50,7 +50,7 @@ class LoadFailure:
     before_loading: bool = False
 
 @dataclass
-class _Plan:
+class _PreparedLoad:
     """What one load operation decided for one model, before commit."""
 
     record: ModelRecord
@@ -197,12 +197,12 @@ class ModelManager:
         wanted, waits = hold_for_uploads(self.registry.records, wanted, self.uploading() if self.uploading else {})
         for note in waits:
             log.info("%s", note)
-        plans: dict[str, _Plan] = {}
+        loads: dict[str, _PreparedLoad] = {}
         errors = [LoadFailure(f"not switched: {note}") for note in waits] if fetch else []
         failed: set[str] = set()
         for name in wanted:
             try:
-                plans[name] = await self._prepare(name, overrides.get(name), plans)
+                loads[name] = await self._prepare(name, overrides.get(name), loads)
             except (ConfigError, InferenceError) as exc:
                 message = str(exc)
                 if name in self._locations:  # a name no repository has keeps no record
@@ -210,14 +210,14 @@ class ModelManager:
                 failed.add(name)
                 log.error("%s", load_failed(name, message))
                 errors.append(LoadFailure(load_failed(name, message), before_loading=True))
-        failed |= {name for name, plan in plans.items() if plan.failed}
-        self._keep_old_sets(plans, failed)
-        self._commit(list(plans.values()))
-        for plan in plans.values():
-            if plan.record.reason:
-                errors.append(LoadFailure(f"failed to load '{plan.record.name}': {plan.record.reason}"))
-            if plan.record.ensemble is not None and plan.record.ensemble.reason:
-                errors.append(LoadFailure(f"failed to load '{plan.record.name}': {plan.record.ensemble.reason}"))
+        failed |= {name for name, load in loads.items() if load.failed}
+        self._keep_old_sets(loads, failed)
+        self._commit(list(loads.values()))
+        for load in loads.values():
+            if load.record.reason:
+                errors.append(LoadFailure(f"failed to load '{load.record.name}': {load.record.reason}"))
+            if load.record.ensemble is not None and load.record.ensemble.reason:
+                errors.append(LoadFailure(f"failed to load '{load.record.name}': {load.record.ensemble.reason}"))
         return errors
 
     def _peek_config(self, name: str, override: str | None) -> mc.ModelConfig | None:
@@ -245,30 +245,30 @@ class ModelManager:
         check_config_paths(config, location.path, location.versions.values())  # before anything is opened
         return config
 
-    def _keep_old_sets(self, plans: Mapping[str, _Plan], failed: set[str]) -> None:
+    def _keep_old_sets(self, loads: Mapping[str, _PreparedLoad], failed: set[str]) -> None:
         """All or nothing per ensemble: if any of its steps failed to roll, none of them switch."""
-        for plan in plans.values():
-            if plan.ensemble is None:
+        for load in loads.values():
+            if load.ensemble is None:
                 continue
-            group = {s.model_name for s in plan.ensemble.graph.steps} | {plan.record.name}
+            group = {s.model_name for s in load.ensemble.graph.steps} | {load.record.name}
             if not group & failed:
                 continue
             for member in group:
-                other = plans.get(member)
+                other = loads.get(member)
                 if other is None or not other.record.served or (other.served == other.record.served and not other.new):
                     continue
                 log.warning("ensemble '%s': not switching '%s' because %s failed to load",
-                            plan.record.name, member, ", ".join(sorted(group & failed)))
+                            load.record.name, member, ", ".join(sorted(group & failed)))
                 other.served = other.record.served
                 other.config = other.record.config
                 other.reverted = True
                 if not other.record.reason:
                     other.record.reason = (
-                        f"new version(s) held back: ensemble '{plan.record.name}' also needs "
+                        f"new version(s) held back: ensemble '{load.record.name}' also needs "
                         f"{', '.join(sorted(group & failed))}, which failed to load"
                     )
 
-    async def _prepare(self, name: str, override: str | None, pending: Mapping[str, _Plan]) -> _Plan:
+    async def _prepare(self, name: str, override: str | None, pending: Mapping[str, _PreparedLoad]) -> _PreparedLoad:
         location = self._locations.get(name)
         if location is None:
             raise not_found(not_in_repository(name))
@@ -288,10 +288,10 @@ class ModelManager:
         if not selection.selected and not died:
             missing = f" (asked for {list(selection.missing)})" if selection.missing else ""
             raise ConfigError(f"model '{name}': no version available under its version policy{missing}")
-        plan = _Plan(record=rec, served=())
+        load = _PreparedLoad(record=rec, served=())
         failures: list[str] = [f"version {v} not found in the repository" for v in wanted.missing]
         for version, fingerprint in died.items():
-            plan.new.append(LoadedVersion(model=name, version=version, config=config, scheduler=None,
+            load.new.append(LoadedVersion(model=name, version=version, config=config, scheduler=None,
                                           state=VersionState.UNAVAILABLE, reason=DIED_LOADING, fingerprint=fingerprint))
             failures.append(f"version {version}: {DIED_LOADING}")
         ready: list[int] = []
@@ -320,41 +320,41 @@ class ModelManager:
                     lv = await self.loader.load(name, config, version, path, location.path, backend,
                                                  fingerprint)
             lv.fingerprint = fingerprint
-            plan.new.append(lv)
+            load.new.append(lv)
             if lv.state == VersionState.UNAVAILABLE:
                 failures.append(f"version {version}: {lv.reason}")
             else:
                 ready.append(version)
-        plan.failed = bool(failures)
+        load.failed = bool(failures)
         if failures and rec.served:
             # A failed new version never takes traffic: keep serving what was served before.
             rec.reason = "; ".join(failures) + f" (still serving version(s) {list(rec.served)})"
-            plan.served = rec.served
-            plan.config = rec.config
+            load.served = rec.served
+            load.config = rec.config
         else:
             rec.reason = "; ".join(failures)
-            plan.served = tuple(ready)
-            newest = next((lv for lv in reversed(plan.new) if lv.state != VersionState.UNAVAILABLE), None)
+            load.served = tuple(ready)
+            newest = next((lv for lv in reversed(load.new) if lv.state != VersionState.UNAVAILABLE), None)
             if newest is not None:
-                plan.config = newest.config
-            elif plan.served and rec.versions.get(plan.served[-1]) is not None:
-                plan.config = rec.versions[plan.served[-1]].config
+                load.config = newest.config
+            elif load.served and rec.versions.get(load.served[-1]) is not None:
+                load.config = rec.versions[load.served[-1]].config
             else:
-                plan.config = rec.config or config
-        return plan
+                load.config = rec.config or config
+        return load
 
     def _prepare_ensemble(
-        self, rec: ModelRecord, location: ModelLocation, config: mc.ModelConfig, pending: Mapping[str, _Plan]
-    ) -> _Plan:
+        self, rec: ModelRecord, location: ModelLocation, config: mc.ModelConfig, pending: Mapping[str, _PreparedLoad]
+    ) -> _PreparedLoad:
         step_configs: dict[str, mc.ModelConfig] = {}
         available: dict[str, list[int]] = {}
         for step in config.ensemble_scheduling.step:
-            planned = pending.get(step.model_name)  # loaded in this same operation, not committed yet
+            prepared = pending.get(step.model_name)  # loaded in this same operation, not committed yet
             step_rec = self.registry.records.get(step.model_name)
-            step_config = planned.config if planned is not None else (step_rec.config if step_rec else None)
+            step_config = prepared.config if prepared is not None else (step_rec.config if step_rec else None)
             if step_config is not None:
                 step_configs[step.model_name] = step_config
-                available[step.model_name] = list(planned.served if planned is not None else step_rec.served if step_rec else ())
+                available[step.model_name] = list(prepared.served if prepared is not None else step_rec.served if step_rec else ())
         graph = build_graph(config, step_configs, available)
         version = max(location.versions) if location.versions else ENSEMBLE_VERSION
         lv = rec.versions.get(version)
@@ -364,29 +364,29 @@ class ModelManager:
         lv.config = config
         lv.labels = read_labels(config, location.path)
         lv.state = VersionState.READY
-        return _Plan(record=rec, served=(version,), config=config, ensemble=EnsembleState(graph=graph))
+        return _PreparedLoad(record=rec, served=(version,), config=config, ensemble=EnsembleState(graph=graph))
 
-    def _commit(self, plans: list[_Plan]) -> None:
+    def _commit(self, loads: list[_PreparedLoad]) -> None:
         rejected: list[LoadedVersion] = []
-        for plan in plans:
-            if plan.config is not None:
-                plan.record.config = plan.config
-            if plan.ensemble is not None:
-                plan.record.ensemble = plan.ensemble
-            for lv in plan.new:
-                kept = plan.record.versions.get(lv.version)
+        for load in loads:
+            if load.config is not None:
+                load.record.config = load.config
+            if load.ensemble is not None:
+                load.record.ensemble = load.ensemble
+            for lv in load.new:
+                kept = load.record.versions.get(lv.version)
                 if lv.state == VersionState.UNAVAILABLE:
-                    if lv.version in plan.served and kept is not None and kept is not lv:
+                    if lv.version in load.served and kept is not None and kept is not lv:
                         # A new copy of a served version number failed (files changed in place, a bad
                         # override): as for a new number, the loaded copy keeps serving; say why it was kept.
                         kept.reason = f"a new copy of this version failed to load; the loaded copy keeps serving: {lv.reason}"
                     else:
-                        plan.record.versions[lv.version] = lv  # keep the failure visible
-                elif lv.version in plan.served and not plan.reverted:
-                    plan.record.versions[lv.version] = lv
+                        load.record.versions[lv.version] = lv  # keep the failure visible
+                elif lv.version in load.served and not load.reverted:
+                    load.record.versions[lv.version] = lv
                 else:
                     rejected.append(lv)
-        dropped = self.registry.commit({plan.record.name: plan.served for plan in plans})
+        dropped = self.registry.commit({load.record.name: load.served for load in loads})
         self.registry.retire(dropped + rejected)
 
     async def unload(self, name: str) -> None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.batching import Scheduler
 from ensemble_runtime.ensemble import EnsembleGraph
 from ensemble_runtime.errors import invalid, not_found, quote_name, unavailable
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.sequences import SequenceScheduler
 from ensemble_runtime.stats import ModelStats
 

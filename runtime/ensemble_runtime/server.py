@@ -1,4 +1,4 @@
-"""Wiring and lifecycle: build the data plane, start transports, load models, poll, drain on SIGTERM."""
+"""Wiring and lifecycle: build the data and repository planes, start transports, load models, poll, drain."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.s3 import S3Settings
 from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source
+from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
@@ -70,7 +71,21 @@ def build_journal(settings: RuntimeSettings) -> LoadJournal | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Planes:
+    """What the transports call: `data` for inference, health, metadata and statistics, `repository` for the
+    model repository extension and the storage status."""
+
+    data: DataPlane
+    repository: RepositoryPlane
+
+
 def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> DataPlane:
+    """The data plane alone (its manager loads models), as the in-process benchmarks drive it."""
+    return build_planes(settings, backends).data
+
+
+def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Planes:
     registry = Registry()
     holder: list[DataPlane] = []
 
@@ -97,36 +112,43 @@ def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> 
                            uploading=storage.awaited_versions if storage.sources else None,
                            declared=storage.declared_models, explicit=settings.control_mode == ControlMode.EXPLICIT)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          storage=storage, repository_control=settings.control_mode == ControlMode.EXPLICIT,
                           server_name=settings.server_name)
+    repository = RepositoryPlane(manager=manager, storage=storage,
+                                 repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
-    return dataplane
+    return Planes(dataplane, repository)
 
 
 @dataclass
 class Server:
     settings: RuntimeSettings
-    dataplane: DataPlane
+    planes: Planes
     health: Health = field(default_factory=Health)
     _grpc: grpc.aio.Server | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
+    @property
+    def dataplane(self) -> DataPlane:
+        return self.planes.data
+
     async def start(self) -> None:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
         if s.allow_grpc:
-            self._grpc = build_grpc_server(self.dataplane, self.health, s.grpc_max_message_bytes,
-                                           s.grpc_restrictions(), stream_limit=s.grpc_stream_max_in_flight)
+            self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
+                                           s.grpc_max_message_bytes, s.grpc_restrictions(),
+                                           stream_limit=s.grpc_stream_max_in_flight)
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:
             app = build_http_app(
-                self.dataplane, s.http_max_body_bytes, s.http_max_json_bytes, restrictions=s.http_restrictions()
+                self.dataplane, self.planes.repository, s.http_max_body_bytes, s.http_max_json_bytes,
+                restrictions=s.http_restrictions(),
             )
             self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
-            metrics = build_metrics_registry(self.dataplane.registry, self.dataplane.storage)
+            metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage)
             self._runners.append(await start_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port))
         log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
@@ -140,8 +162,8 @@ class Server:
             self._tasks.append(loop.create_task(self._poll_loop()))
 
     async def _initial_load(self) -> None:
-        manager = self.dataplane.manager
-        await self.dataplane.storage.sync()
+        manager = self.planes.repository.manager
+        await self.planes.repository.storage.sync()
         available = sorted(await manager.refresh_configs())
         if self.settings.control_mode == ControlMode.EXPLICIT:
             wanted = available if "*" in self.settings.load_models else self.settings.load_models
@@ -162,11 +184,11 @@ class Server:
             await asyncio.sleep(0.5)
 
     async def _poll_loop(self) -> None:
-        manager = self.dataplane.manager
+        manager = self.planes.repository.manager
         while True:
             await asyncio.sleep(self.settings.poll_secs)
             try:
-                await self.dataplane.storage.sync()  # never raises for storage errors; keeps the cache
+                await self.planes.repository.storage.sync()  # never raises for storage errors; keeps the cache
                 for name in manager.removed_models():
                     await manager.unload(name)
                 await manager.refresh_configs()  # parses changed config.pbtxt files off the loop
@@ -205,7 +227,7 @@ class Server:
 
 
 async def serve(settings: RuntimeSettings) -> None:
-    server = Server(settings, build_dataplane(settings, default_backends()))
+    server = Server(settings, build_planes(settings, default_backends()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,7 +20,6 @@ from ensemble_runtime.backends.base import (
     ModelStreamCaller,
     instance_slots,
 )
-from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.errors import InferenceError, must_propagate
@@ -28,6 +27,7 @@ from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
 from ensemble_runtime.registry import LoadedVersion, Registry, VersionState
 from ensemble_runtime.repository.local import version_fingerprint
+from ensemble_runtime.scheduler import BatchPolicy, Scheduler
 from ensemble_runtime.sequences import (
     FLAG_END,
     FLAG_START,
@@ -35,7 +35,7 @@ from ensemble_runtime.sequences import (
     has_sequence_batching,
     settings_from_config,
 )
-from ensemble_runtime.warmup import warmup_requests
+from ensemble_runtime.warmup import WarmupError, warmup_requests
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,6 @@ class VersionLoader:
                 if must_propagate(exc):
                     raise
                 message = exc.message if isinstance(exc, InferenceError) else f"{type(exc).__name__}: {exc}"
-                raise ConfigError(f"warm-up request '{request.request_id}' failed: {message}") from None
+                raise WarmupError(f"warm-up request '{request.request_id}' failed: {message}") from None
         if requests:
             log.info("warmed up model '%s' version %d with %d request(s)", name, version, len(requests))

@@ -13,6 +13,12 @@ from ensemble_runtime.config.paths import warmup_file
 from ensemble_runtime.dtypes import config_to_wire, wire_to_numpy
 from ensemble_runtime.inference import BackendRequest, Tensor
 
+
+class WarmupError(ConfigError):
+    """A warm-up request of a freshly loaded version failed. A ConfigError for its callers, on purpose: the
+    version is UNAVAILABLE with this message, as for a config refused at load (Triton does the same)."""
+
+
 # Backends whose models accept any well-typed tensor; a Python model may need real data (an image,
 # a sentence), so it is warmed up only when its config says how (model_warmup), as in Triton.
 _SYNTHESIZED_FOR = frozenset({"onnxruntime", "tensorrt"})

@@ -9,8 +9,19 @@ from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.inference import BackendRequest, BackendResult, InferRequest, InferResponse
 from ensemble_runtime.responses import StreamResponse
+
+
+class ModelInitError(ConfigError):
+    """A backend could not initialize a model whose config is fine: a Python model's constructor or
+    `initialize()` raised, ONNX Runtime could not create the session, TensorRT no execution context.
+
+    A ConfigError for its callers, on purpose: the version is UNAVAILABLE with this message, exactly as
+    for a config refused at load (Triton reports both the same way). Catch this type to tell them apart.
+    """
+
 
 # How a model calls another model in the same server (Triton's BLS); injected, never imported.
 ModelCaller = Callable[[InferRequest], Awaitable[InferResponse]]

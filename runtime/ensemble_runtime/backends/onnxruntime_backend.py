@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.base import LoadContext, ModelInitError, ModelInstance
 from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
 from ensemble_runtime.config import onnx_autocomplete, paths
@@ -222,7 +222,7 @@ class OnnxRuntimeBackend:
                 None, lambda: ort.InferenceSession(str(path), sess_options=options, providers=providers)
             )
         except Exception as exc:
-            raise ConfigError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
+            raise ModelInitError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
         _check_io(config, session)
         return session
 

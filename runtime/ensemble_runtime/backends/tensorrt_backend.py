@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.base import LoadContext, ModelInitError, ModelInstance
 from ensemble_runtime.backends.trt_engine import (
     EngineTensor,
     autocomplete,
@@ -84,11 +84,11 @@ class TrtContext:
         self._context = engine.create_execution_context()
         if self._context is None:
             cuda.destroy_stream(self._stream)
-            raise ConfigError(f"model '{model}': TensorRT could not create an execution context on GPU {device} "
+            raise ModelInitError(f"model '{model}': TensorRT could not create an execution context on GPU {device} "
                               "(out of device memory?)")
         if not self._context.set_optimization_profile_async(profile, self._stream_handle):
             cuda.destroy_stream(self._stream)
-            raise ConfigError(f"model '{model}': cannot select optimization profile {profile} on GPU {device}")
+            raise ModelInitError(f"model '{model}': cannot select optimization profile {profile} on GPU {device}")
         cuda.synchronize(self._stream)
         self._device = {t.name: DeviceBuffer(cuda) for t in tensors}
         self._host = {t.name: PinnedBuffer(cuda) for t in tensors}

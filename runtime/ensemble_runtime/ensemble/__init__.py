@@ -2,7 +2,7 @@
 
 from ensemble_runtime.ensemble.executor import StepCaller, run_ensemble
 from ensemble_runtime.ensemble.graph import EnsembleGraph, build_graph
-from ensemble_runtime.ensemble.plan import ExecutionPlan, PlannedStep, Step
+from ensemble_runtime.ensemble.steps import ExecutionPlan, PlannedStep, Step
 
 __all__ = [
     "EnsembleGraph",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 
 from ensemble_runtime.ensemble.graph import EnsembleGraph
-from ensemble_runtime.ensemble.plan import ExecutionPlan, PlannedStep, Step
+from ensemble_runtime.ensemble.steps import ExecutionPlan, PlannedStep, Step
 from ensemble_runtime.errors import ErrorCode, InferenceError, internal, invalid
 from ensemble_runtime.inference import BackendRequest, ParamValue, Tensor
 

@@ -19,7 +19,7 @@ from ensemble_contract.graph import Graph, GraphStep, StepModel, Tensor, check_g
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.config.model_config import ConfigError, ModelConfig, is_ensemble
-from ensemble_runtime.ensemble.plan import ExecutionPlan, Step, frozen_map, make_plan
+from ensemble_runtime.ensemble.steps import ExecutionPlan, Step, frozen_map, make_plan
 from ensemble_runtime.errors import invalid
 
 __all__ = ["EnsembleGraph", "ExecutionPlan", "Step", "build_graph"]

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from ensemble_runtime.ensemble.executor import StepCaller, _call, _cancel, _collect, _store
 from ensemble_runtime.ensemble.graph import EnsembleGraph
-from ensemble_runtime.ensemble.plan import ExecutionPlan, PlannedStep, Step
+from ensemble_runtime.ensemble.steps import ExecutionPlan, PlannedStep, Step
 from ensemble_runtime.errors import InferenceError, internal, invalid
 from ensemble_runtime.inference import BackendRequest, ParamValue, Tensor
 

@@ -1,4 +1,5 @@
-"""The KServe v2 / Triton gRPC service and the standard gRPC health service, over the data plane."""
+"""The KServe v2 / Triton gRPC service and the standard gRPC health service, over the data plane (and the
+repository plane for the repository RPCs)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREA
 from ensemble_runtime.protocol.grpc_stream import StreamSession
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
+from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
 from ensemble_runtime.shared_memory import output_refs
 
@@ -45,8 +47,11 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, dataplane: DataPlane, stream_limit: int = DEFAULT_STREAM_LIMIT) -> None:
+    def __init__(
+        self, dataplane: DataPlane, repository: RepositoryPlane, stream_limit: int = DEFAULT_STREAM_LIMIT
+    ) -> None:
         self._dp = dataplane
+        self._repo = repository
         self._stream_limit = stream_limit  # requests of one ModelStreamInfer in flight at once
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
@@ -89,7 +94,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return await _guard(context, run)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
-        entries = self._dp.repository_index(request.ready)
+        entries = self._repo.repository_index(request.ready)
         return pb.RepositoryIndexResponse(
             models=[
                 pb.RepositoryIndexResponse.ModelIndex(name=e.name, version=e.version, state=e.state, reason=e.reason)
@@ -101,13 +106,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
         async def run() -> pb.RepositoryModelLoadResponse:
-            self._dp.require_repository_control()
+            self._repo.require_repository_control()
             override = None
             if "config" in request.parameters:
                 override = request.parameters["config"].string_param
             if any(key.startswith("file:") for key in request.parameters):
                 raise InferenceError(ErrorCode.UNIMPLEMENTED, "loading model files through the load request is not supported")
-            await self._dp.load(request.model_name, override)
+            await self._repo.load(request.model_name, override)
             return pb.RepositoryModelLoadResponse()
 
         return await _guard(context, run)
@@ -116,8 +121,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
         async def run() -> pb.RepositoryModelUnloadResponse:
-            self._dp.require_repository_control()
-            await self._dp.unload(request.model_name)
+            self._repo.require_repository_control()
+            await self._repo.unload(request.model_name)
             return pb.RepositoryModelUnloadResponse()
 
         return await _guard(context, run)
@@ -200,8 +205,8 @@ class Health:
 
 
 def build_grpc_server(
-    dataplane: DataPlane, health: Health, max_message_bytes: int, restrictions: Restrictions | None = None,
-    stream_limit: int = DEFAULT_STREAM_LIMIT,
+    dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
+    restrictions: Restrictions | None = None, stream_limit: int = DEFAULT_STREAM_LIMIT,
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
     server = grpc.aio.server(
@@ -213,7 +218,8 @@ def build_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane, stream_limit), server)
+    servicer = InferenceServicer(dataplane, repository, stream_limit)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     health.follow(dataplane.ready)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     return server

@@ -1,4 +1,5 @@
-"""The KServe v2 / Triton HTTP REST transport on aiohttp: parse, call the data plane, encode. Nothing else.
+"""The KServe v2 / Triton HTTP REST transport on aiohttp: parse, call the data plane (or, for the repository
+routes, the repository plane), encode. Nothing else.
 
 Bodies are handled by `http_codec`; statuses come from `status_codes`. Errors are `{"error": "<message>"}`.
 """
@@ -19,6 +20,7 @@ from ensemble_runtime.protocol import shared_memory_api, status_codes
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
+from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Category, Restrictions
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 
@@ -72,8 +74,11 @@ def _error_middleware(max_body_bytes: int) -> Middleware:
 
 
 class _Routes:
-    def __init__(self, dataplane: DataPlane, max_body_bytes: int, max_json_bytes: int) -> None:
+    def __init__(
+        self, dataplane: DataPlane, repository: RepositoryPlane, max_body_bytes: int, max_json_bytes: int
+    ) -> None:
         self._dp = dataplane
+        self._repo = repository
         self._body = Limit(max_body_bytes)
         self._json = self._body
         if max_json_bytes < max_body_bytes:
@@ -125,7 +130,7 @@ class _Routes:
         return _json({"ensemble": model, "versions": self._dp.served_versions(model)})
 
     async def storage_status(self, request: web.Request) -> web.Response:
-        return _json(self._dp.storage_status().model_dump(mode="json"))
+        return _json(self._repo.storage_status().model_dump(mode="json"))
 
     # ---- inference ----------------------------------------------------------------------------------
     async def infer(self, request: web.Request) -> web.Response:
@@ -157,20 +162,20 @@ class _Routes:
     # ---- repository ---------------------------------------------------------------------------------
     async def repository_index(self, request: web.Request) -> web.Response:
         ready_only = documents.index_ready_only(bytes(await self._json_body(request)))
-        return _json(documents.repository_index(self._dp.repository_index(ready_only)))
+        return _json(documents.repository_index(self._repo.repository_index(ready_only)))
 
     async def load(self, request: web.Request) -> web.Response:
-        self._dp.require_repository_control()
+        self._repo.require_repository_control()
         model = request.match_info["model"]
         override = documents.load_config_override(bytes(await self._json_body(request)), model)
-        await self._dp.load(model, override)
+        await self._repo.load(model, override)
         return web.Response(status=status_codes.HTTP_OK)
 
     async def unload(self, request: web.Request) -> web.Response:
-        self._dp.require_repository_control()
+        self._repo.require_repository_control()
         model = request.match_info["model"]
         codec.parse_json(await self._json_body(request), f"the unload request for '{model}'")
-        await self._dp.unload(model)
+        await self._repo.unload(model)
         return web.Response(status=status_codes.HTTP_OK)
 
 
@@ -209,17 +214,19 @@ def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
 
 def build_http_app(
     dataplane: DataPlane,
+    repository: RepositoryPlane,
     max_body_bytes: int,
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
     restrictions: Restrictions | None = None,
 ) -> web.Application:
-    """The v2 REST API over `dataplane`; bodies over `max_body_bytes` (all-JSON ones: `max_json_bytes`) get a
-    JSON 413, by their Content-Length before they are read, or as soon as reading (and inflating) passes it;
+    """The v2 REST API over `dataplane` and `repository`; bodies over `max_body_bytes` (all-JSON ones:
+    `max_json_bytes`) get a JSON 413, by their Content-Length before they are read, or as soon as reading (and
+    inflating) passes it;
     `restrictions`: the categories that need a header (--http-restricted-api), refused with a 403 before the
     body is read.
 
     aiohttp's own inflation of compressed bodies is off: it has no limit; `http_body` inflates within one."""
-    routes = _routes(_Routes(dataplane, max_body_bytes, max_json_bytes))
+    routes = _routes(_Routes(dataplane, repository, max_body_bytes, max_json_bytes))
     middlewares = [_error_middleware(max_body_bytes)]
     if restrictions is not None and restrictions.by_category:
         categories = {path: category for _, path, _, category in routes}

@@ -1,7 +1,7 @@
-"""Pure logic of remote (S3) model repositories: URIs, listings, completeness, and the per-model sync plan.
+"""Pure logic of remote (S3) model repositories: URIs, listings, completeness, and what a sync changes per model.
 
-Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache and `sources.py`
-puts them together.
+Nothing here performs I/O; `s3.py` lists and downloads, `cache.py` writes the local cache, `sync.py`
+applies one model's changes to it and `sources.py` puts them together.
 
 Completeness rule (also in docs/s3.md). A version folder `<model>/<version>/` is *complete*, and may be
 materialised into the cache and loaded, when either
@@ -9,8 +9,8 @@ materialised into the cache and loaded, when either
 1. it contains a marker object named `.complete` (`<model>/<version>/.complete`): complete at once, so
    uploaders that write the marker last get their version picked up by the next sync; or
 2. its listing (every key below it with size and ETag) is identical in two consecutive syncs: a version
-   appears one poll after its upload finished. The first sync of a process has no previous listing, so it
-   lists twice, `settle_secs` apart (default 1 s).
+   appears one poll after its upload finished. A model with no previous listing (every model at the first
+   sync of a process, a model new to the repository later) is listed twice, `settle_secs` apart (default 1 s).
 
 A version that is not complete is never downloaded. When a version already in the cache changes in S3, the
 cached copy is kept unchanged until the new listing is complete, then replaced as a whole.
@@ -180,25 +180,41 @@ def complete_versions(current: ModelListing, previous: ModelListing | None) -> s
 
 
 @dataclass(frozen=True, slots=True)
-class VersionPlan:
+class VersionChanges:
     download: tuple[int, ...] = ()  # complete, selected, and absent from the cache or different there
     remove: tuple[int, ...] = ()  # cached but no longer in S3 or no longer selected, and not in use
     kept_in_use: tuple[int, ...] = ()  # would be removed but are being served: removed by a later sync
     pending: tuple[int, ...] = ()  # present in S3 but not complete yet (cached copies, if any, are kept)
-    selected: tuple[int, ...] = ()  # what the cache holds for this model once the plan has run
+    selected: tuple[int, ...] = ()  # what the cache holds for this model once the changes are made
     missing: tuple[int, ...] = ()  # asked for by a `specific` policy but not (completely) in S3
     empty_version: bool = False  # ensemble without version folders: create `<model>/1/`
     awaited: tuple[int, ...] = ()  # pending versions the policy would select once complete (upload in flight)
 
 
-def plan_versions(
+def needs_second_listing(listed: Collection[str], previous: Collection[str], settle: bool) -> bool:
+    """Whether a sync lists again, settle_secs later, before comparing: asked to (`settle`: an explicit load
+    cannot wait for the next poll), or some listed model has no earlier listing to compare with (the first sync
+    of a process, a model new to the repository)."""
+    return settle or any(name not in previous for name in listed)
+
+
+def settled_baseline(
+    previous: Mapping[str, ModelListing], first: Mapping[str, ModelListing], settle: bool
+) -> dict[str, ModelListing]:
+    """The listings the second listing is compared with: the first listing for the models it was taken for
+    (every listed model when `settle`, else those with no earlier listing); the others keep their listing from
+    the previous sync, so their versions still need two consecutive polls to agree."""
+    return {**previous, **{name: listing for name, listing in first.items() if settle or name not in previous}}
+
+
+def version_changes(
     listing: ModelListing,
     complete: Collection[int],
     cached: Mapping[int, Manifest | None],
     policy: mc.ModelVersionPolicy,
     in_use: Collection[int] = (),
     ensemble: bool = False,
-) -> VersionPlan:
+) -> VersionChanges:
     """Which versions to download and remove for one model.
 
     `cached` maps each version folder in the cache to the manifest it was downloaded with (None when
@@ -211,7 +227,7 @@ def plan_versions(
     pending = sorted(present - complete)
     available = complete | {v for v in pending if cached.get(v) is not None}
     if ensemble and not present:
-        return _plan_empty_ensemble(cached, in_use)
+        return _empty_ensemble_changes(cached, in_use)
     selection = select_versions(policy, available)
     selected = set(selection.selected)
     download = sorted(v for v in selected if v in complete and cached.get(v) != listing.versions[v].files)
@@ -219,7 +235,7 @@ def plan_versions(
     remove = tuple(v for v in dropping if v not in in_use)
     kept = tuple(v for v in dropping if v in in_use)
     awaited = set(select_versions(policy, available | set(pending)).selected) - selected
-    return VersionPlan(
+    return VersionChanges(
         download=tuple(download),
         remove=remove,
         kept_in_use=kept,
@@ -230,9 +246,9 @@ def plan_versions(
     )
 
 
-def _plan_empty_ensemble(cached: Mapping[int, Manifest | None], in_use: Collection[int]) -> VersionPlan:
+def _empty_ensemble_changes(cached: Mapping[int, Manifest | None], in_use: Collection[int]) -> VersionChanges:
     dropping = sorted(v for v in cached if v != 1)
-    return VersionPlan(
+    return VersionChanges(
         remove=tuple(v for v in dropping if v not in in_use),
         kept_in_use=tuple(v for v in dropping if v in in_use),
         selected=(1,),
@@ -240,10 +256,10 @@ def _plan_empty_ensemble(cached: Mapping[int, Manifest | None], in_use: Collecti
     )
 
 
-def plan_removed_model(cached: Collection[int], in_use: Collection[int]) -> VersionPlan:
+def removed_model_changes(cached: Collection[int], in_use: Collection[int]) -> VersionChanges:
     """A model gone from the repository: every cached version goes, except those being served."""
     ordered = sorted(cached)
-    return VersionPlan(
+    return VersionChanges(
         remove=tuple(v for v in ordered if v not in in_use),
         kept_in_use=tuple(v for v in ordered if v in in_use),
     )
@@ -254,22 +270,6 @@ def in_use_by_model(in_use: Iterable[tuple[str, int]]) -> dict[str, set[int]]:
     for model, version in in_use:
         out.setdefault(model, set()).add(version)
     return out
-
-
-def describe_plan(plan: VersionPlan) -> str:
-    """A short log line: what a sync does to one model."""
-    parts = [
-        f"{label} {', '.join(map(str, values))}"
-        for label, values in (
-            ("download", plan.download),
-            ("remove", plan.remove),
-            ("kept in use", plan.kept_in_use),
-            ("pending", plan.pending),
-            ("missing", plan.missing),
-        )
-        if values
-    ]
-    return "; ".join(parts) or "up to date"
 
 
 # --- the operator's repository config (JSON; schema in ensemble_contract.repository) -------------------

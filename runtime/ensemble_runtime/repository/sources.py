@@ -31,13 +31,7 @@ from ensemble_contract.repository import RepositoryConfig
 from google.protobuf import text_format
 
 from ensemble_runtime.config.model_config import ConfigError, parse_config_override
-from ensemble_runtime.repository.cache import (
-    ConfigText,
-    ModelCache,
-    ModelOutcome,
-    OriginError,
-    materialise_model,
-)
+from ensemble_runtime.repository.cache import ModelCache
 from ensemble_runtime.repository.remote import (
     ModelListing,
     ObjectInfo,
@@ -45,11 +39,14 @@ from ensemble_runtime.repository.remote import (
     S3Location,
     group_model,
     in_use_by_model,
+    needs_second_listing,
     parse_repository_config,
     parse_s3_uri,
+    settled_baseline,
     split_repository,
 )
 from ensemble_runtime.repository.s3 import S3Settings, S3Storage, StorageError
+from ensemble_runtime.repository.sync import ConfigText, ModelOutcome, OriginError, materialise_model
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +147,26 @@ async def _gather_models(
     await asyncio.gather(*(one(name) for name in sorted(names)))
 
 
+async def _list_settled(
+    list_once: Callable[[], tuple[dict[str, ModelListing], dict[str, str]]],
+    previous: Mapping[str, ModelListing],
+    settle: bool,
+    settle_secs: float,
+) -> tuple[dict[str, ModelListing], dict[str, str], dict[str, ModelListing]]:
+    """List (in a thread), and list again `settle_secs` later where remote.needs_second_listing says so.
+
+    Returns the listings, the per-model listing errors, and the listings to compare them with for completeness
+    (remote.settled_baseline: the first listing where one was taken for the model, else `previous`).
+    """
+    listings, errors = await asyncio.to_thread(list_once)
+    if not needs_second_listing(listings, previous, settle):
+        return listings, errors, dict(previous)
+    await asyncio.sleep(settle_secs)
+    baseline = settled_baseline(previous, listings, settle)
+    listings, errors = await asyncio.to_thread(list_once)
+    return listings, errors, baseline
+
+
 class S3Source:
     """One S3 model repository, materialised into `root`."""
 
@@ -204,13 +221,9 @@ class S3Source:
         for name in set(models or ()) - (wanted or set()):
             report.errors[name] = f"'{name}' is not a valid model name"
         try:
-            listings = await asyncio.to_thread(self._list, wanted)
-            previous = dict(self._previous or {})
-            if settle or self._previous is None or (wanted is not None and any(n not in previous for n in listings)):
-                # No earlier listing to compare with: take one now, settle, and list again.
-                await asyncio.sleep(self._settle_secs)
-                previous = {**previous, **listings}
-                listings = await asyncio.to_thread(self._list, wanted)
+            listings, _, previous = await _list_settled(
+                lambda: (self._list(wanted), {}), self._previous or {}, settle, self._settle_secs
+            )
         except StorageError as exc:
             report.error = str(exc)
         except OSError as exc:  # the cache directory itself
@@ -325,12 +338,9 @@ class RepositoryConfigSource:
         declared = spec.names()
         self.declared = frozenset(declared)
         scope = (declared | self._cache.models()) if models is None else set(models)
-        listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
-        previous = dict(self._previous)
-        if settle or any(name not in previous for name in listings):
-            await asyncio.sleep(self._settle_secs)
-            previous.update({name: listing for name, listing in listings.items() if name not in previous})
-            listings, list_errors = await asyncio.to_thread(self._list_s3, spec, scope)
+        listings, list_errors, previous = await _list_settled(
+            lambda: self._list_s3(spec, scope), self._previous, settle, self._settle_secs
+        )
         report.errors.update(list_errors)
         s3_models = [m.name for m in spec.models if m.name in scope and m.source.startswith("s3://")]
         if s3_models and all(name in list_errors for name in s3_models):

@@ -16,6 +16,8 @@ from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.repository_plane import RepositoryPlane
+from ensemble_runtime.storage import Storage
 from ensemble_runtime.version_loader import VersionLoader
 from onnx import TensorProto, helper
 
@@ -154,9 +156,10 @@ class ServerThread:
             registry=registry,
             loader=VersionLoader(backends={"onnxruntime": OnnxRuntimeBackend()}, caller=call),
         )
-        self.dataplane = DataPlane(registry, manager, repository_control=True)  # as in explicit mode
+        self.dataplane = DataPlane(registry, manager)
+        repository = RepositoryPlane(manager, Storage([], registry), repository_control=True)  # as in explicit mode
         await manager.load(list(LOADED))
-        self.runner = await start_http(build_http_app(self.dataplane, MAX_BODY_BYTES), "127.0.0.1", 0)
+        self.runner = await start_http(build_http_app(self.dataplane, repository, MAX_BODY_BYTES), "127.0.0.1", 0)
         host, port = self.runner.addresses[0][:2]
         return f"{host}:{port}"
 

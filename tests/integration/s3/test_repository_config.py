@@ -70,6 +70,26 @@ async def test_models_from_prefixes_with_override_and_ensemble(s3: S3Helper, tmp
     assert text_format.MessageToString(score)  # the parsed override stays a valid ModelConfig
 
 
+async def test_explicit_load_sees_a_version_uploaded_since_the_last_poll(s3: S3Helper, tmp_path: Path) -> None:
+    """`settle=True` lists twice now for models already listed too, as S3Source does (it compared them with the
+    previous poll's listing, so an explicit load missed a version uploaded since that poll)."""
+    s3.put_versioned("team-a/versioned", [1])
+    path = tmp_path / "repository.json"
+    spec = {
+        "models": [{"name": "pre", "source": "s3://models/team-a/versioned"}],
+        "s3": {"endpoint_url": s3.endpoint_url},
+    }
+    path.write_text(json.dumps(spec))
+    src = RepositoryConfigSource(path, tmp_path / "cache", FAST, settle_secs=0.1)
+    await src.sync()
+    s3.put_version("team-a/versioned", 2)  # no marker
+
+    report = await src.sync(["pre"], settle=True)
+
+    assert report.errors == {} and report.models_changed == {"pre"}
+    assert cached_versions(src.root) == {"pre": [1, 2]}
+
+
 async def test_unreachable_storage_is_a_global_error(s3: S3Helper, tmp_path: Path) -> None:
     s3.put_versioned("team-a/versioned", [1])
     path = tmp_path / "repository.json"

@@ -170,6 +170,21 @@ async def test_endpoint_from_aws_endpoint_url(s3: S3Helper, tmp_path: Path, monk
     assert report.error == "" and cached_versions(src.root) == {"versioned": [1]}
 
 
+async def test_model_new_to_the_bucket_is_listed_twice_at_its_first_poll(s3: S3Helper, tmp_path: Path) -> None:
+    """A model with no earlier listing is settled at once, at startup or when it appears later, as
+    RepositoryConfigSource does for a model new to its file; a known model's new version waits for a second poll."""
+    s3.put_versioned("repo/versioned", [1])
+    src = source(s3, tmp_path)
+    await src.sync()
+    s3.put_python("repo/threshold")  # a new model, no marker
+    s3.put_version("repo/versioned", 2)  # a known model's new version, no marker
+
+    report = await src.sync()
+
+    assert report.models_changed == {"threshold"}
+    assert cached_versions(src.root) == {"versioned": [1], "threshold": [1]}
+
+
 async def test_explicit_endpoint_setting(s3: S3Helper, tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from ensemble_runtime.server import Server, build_dataplane, default_backends
+from ensemble_runtime.server import Server, build_planes, default_backends
 from ensemble_runtime.settings import RuntimeSettings
 
 
@@ -21,7 +21,7 @@ async def serving_in_process(repo: Path, port: int) -> AsyncIterator[Server]:
         allow_metrics=False,
         exit_timeout_secs=5.0,
     )
-    server = Server(settings, build_dataplane(settings, default_backends()))
+    server = Server(settings, build_planes(settings, default_backends()))
     await server.start()
     try:
         yield server

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ensemble_runtime.backends.base import LoadContext, ModelInstance
+from ensemble_runtime.backends.base import LoadContext, ModelInitError, ModelInstance
 from ensemble_runtime.backends.python import PythonBackend
 from ensemble_runtime.config.model_config import ConfigError, apply_defaults, read_config
 from ensemble_runtime.errors import ErrorCode, InferenceError
@@ -240,9 +240,9 @@ def test_auto_complete_config_fills_the_config(run: Run, repo: Path) -> None:
     run(body)
 
 
-def test_failing_initialize_is_a_config_error_naming_the_file(run: Run) -> None:
+def test_failing_initialize_is_a_model_init_error_naming_the_file(run: Run) -> None:
     async def body(h: Harness) -> None:
-        with pytest.raises(ConfigError, match=r"initialize\(\) in .*bad_init/1/model.py failed: RuntimeError: weights"):
+        with pytest.raises(ModelInitError, match=r"initialize\(\) in .*bad_init/1/model.py failed: RuntimeError: weights"):
             await h.load("bad_init")
         assert not [name for name in sys.modules if name.startswith("_triton_model_bad_init")]
 

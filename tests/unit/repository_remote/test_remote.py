@@ -1,4 +1,4 @@
-"""Pure parts of remote repositories: URIs, regions, listings, completeness, version plans, the JSON config."""
+"""Pure parts of remote repositories: URIs, regions, listings, completeness, version changes, the JSON config."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from ensemble_runtime.repository.remote import (
     choose_region,
     complete_versions,
     group_model,
+    needs_second_listing,
     parse_repository_config,
     parse_s3_uri,
-    plan_removed_model,
-    plan_versions,
+    removed_model_changes,
+    settled_baseline,
     split_repository,
+    version_changes,
 )
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -192,7 +194,7 @@ THREE = listing_of(v1=(A, False), v2=(A, False), v3=(B, False))
         ("specific missing", THREE, {1, 2}, {}, specific(1, 3, 7), (), {"download": (1,), "missing": (3, 7)}),
     ],
 )
-def test_plan_versions(
+def test_version_changes(
     case: str,
     listing: ModelListing,
     complete: set[int],
@@ -201,19 +203,48 @@ def test_plan_versions(
     in_use: tuple[int, ...],
     want: dict[str, tuple[int, ...]],
 ) -> None:
-    plan = plan_versions(listing, complete, cached, policy, in_use)
+    changes = version_changes(listing, complete, cached, policy, in_use)
     for field_name, value in want.items():
-        assert getattr(plan, field_name) == value, f"{case}: {field_name}"
+        assert getattr(changes, field_name) == value, f"{case}: {field_name}"
 
 
-def test_plan_for_ensemble_without_versions() -> None:
-    plan = plan_versions(ModelListing("e", obj("config.pbtxt")), set(), {2: None}, latest(1), (), ensemble=True)
-    assert plan.empty_version and plan.selected == (1,) and plan.remove == (2,)
+def test_version_changes_for_ensemble_without_versions() -> None:
+    changes = version_changes(ModelListing("e", obj("config.pbtxt")), set(), {2: None}, latest(1), (), ensemble=True)
+    assert changes.empty_version and changes.selected == (1,) and changes.remove == (2,)
 
 
-def test_plan_removed_model() -> None:
-    plan = plan_removed_model({1, 2, 3}, {2})
-    assert plan.remove == (1, 3) and plan.kept_in_use == (2,)
+def test_removed_model_changes() -> None:
+    changes = removed_model_changes({1, 2, 3}, {2})
+    assert changes.remove == (1, 3) and changes.kept_in_use == (2,)
+
+
+@pytest.mark.parametrize(
+    ("listed", "previous", "settle", "want"),
+    [
+        ((), (), False, False),  # nothing listed: nothing to compare
+        (("a",), (), False, True),  # first sync of a process
+        (("a", "b"), ("a",), False, True),  # a model new to the repository
+        (("a",), ("a", "b"), False, False),  # every listed model has an earlier listing: the poll compares
+        (("a",), ("a",), True, True),  # an explicit load lists twice now
+    ],
+)
+def test_needs_second_listing(listed: tuple[str, ...], previous: tuple[str, ...], settle: bool, want: bool) -> None:
+    assert needs_second_listing(listed, previous, settle) is want
+
+
+def test_settled_baseline_replaces_only_what_the_first_listing_was_taken_for() -> None:
+    old_a, old_c = ModelListing("a"), ModelListing("c")
+    first_a, first_b = ModelListing("a", obj("config.pbtxt")), ModelListing("b")
+    previous = {"a": old_a, "c": old_c}
+    first = {"a": first_a, "b": first_b}
+
+    polled = settled_baseline(previous, first, settle=False)
+    assert polled == {"a": old_a, "b": first_b, "c": old_c}  # a keeps its last poll: two polls must agree
+    assert polled["a"] is old_a
+
+    explicit = settled_baseline(previous, first, settle=True)
+    assert explicit["a"] is first_a and explicit["b"] is first_b and explicit["c"] is old_c
+    assert previous == {"a": old_a, "c": old_c}  # not changed in place
 
 
 def test_parse_repository_config() -> None:

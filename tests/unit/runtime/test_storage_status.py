@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.remote import ModelListing, VersionListing
 from ensemble_runtime.repository.sources import SyncReport, versions_of
+from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.storage import Storage, merge_versions
 from ensemble_runtime.version_loader import VersionLoader
 
@@ -52,6 +52,6 @@ def test_storage_status_models_merge_sources_and_local_roots(tmp_path: Path) -> 
     registry = Registry()
     storage = Storage([ListedSource(cache, {"remote": [1, 2]})], registry)
     manager = ModelManager(roots=[local, cache], registry=registry, loader=VersionLoader(backends={}, caller=no_calls))
-    plane = DataPlane(registry=registry, manager=manager, storage=storage)
+    plane = RepositoryPlane(manager=manager, storage=storage)
     # the cache's own folders are not storage: only what the source listed counts
     assert plane.storage_status().models == {"plain": [1, 4], "remote": [1, 2]}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import InstanceSlot, LoadContext, ModelInstance, instance_slots
+from ensemble_runtime.backends.base import InstanceSlot, LoadContext, ModelInitError, ModelInstance, instance_slots
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
 from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
@@ -87,7 +87,7 @@ class PythonBackend:
                 instance.discard()
             for _ in range(len(slots) - len(instances)):
                 release()
-            raise ConfigError(
+            raise ModelInitError(
                 f"model '{config.name}': creating {MODEL_CLASS} from {path} failed: {type(exc).__name__}: {exc}"
             ) from None
         try:
@@ -111,8 +111,8 @@ class PythonBackend:
                     await instance.close()
             first = failures[0]
             if isinstance(first, ModelExitError):  # already names the model, version and what it raised
-                raise ConfigError(first.message) from None
-            raise ConfigError(
+                raise ModelInitError(first.message) from None
+            raise ModelInitError(
                 f"model '{config.name}' version {context.version}: initialize() in {path} failed: "
                 f"{type(first).__name__}: {first}"
             ) from None

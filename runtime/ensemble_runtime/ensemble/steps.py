@@ -1,4 +1,5 @@
-"""Execution plans: the steps a set of requested outputs needs, with what the executor looks up precomputed.
+"""Ensemble steps: the validated `Step`, and execution plans (the steps a set of requested outputs needs, with
+what the executor looks up precomputed).
 
 Pure; built once per (graph, requested output set) and cached on the graph.
 """

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
-from ensemble_runtime.batching import BatchPolicy, Scheduler
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, BackendResult
+from ensemble_runtime.scheduler import BatchPolicy, Scheduler
 from ensemble_runtime.stats import ModelStats
 
 
