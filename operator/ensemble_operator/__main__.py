@@ -47,6 +47,7 @@ def main() -> None:
         registry,
         reconciler,
         settings.status_interval_seconds,
+        resync_interval=settings.resync_interval_seconds,
         webhooks=settings.webhook_enabled,
         policy=settings.runtime_policy(),
     )

@@ -2,8 +2,13 @@
 
 Writes are server-side applies (fieldManager ensemble-operator, force) guarded by compare-before-write:
 every applied object carries a hash of its desired content in an annotation; when the live object
-carries the same hash, nothing is sent. Status patches are skipped when the computed status equals
-the live one. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
+carries the same hash, nothing is sent. The client remembers the hash it last applied (or read) per
+object, so a reconcile that changes nothing reads nothing either; `fresh=True` reads the live objects
+again (the periodic resync, the first reconcile after start). Status patches are skipped when the
+computed status equals the live one, and carry the resourceVersion the status was computed from: a
+concurrent writer makes the API server answer 409 (`Conflict`) instead of one write silently undoing the
+other. The runtime pods are probed concurrently, a bounded number of calls at a time, within a total
+time budget. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
 nothing.
 """
 
@@ -12,6 +17,8 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -103,6 +110,13 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+class Conflict(ApiError):
+    """409: the object changed since it was read (its resourceVersion moved on)."""
+
+
+PROBE_CONCURRENCY = 16  # HTTP calls to runtime pods in flight at once, over all Ensembles
+
+
 class KubeClient:
     def __init__(
         self,
@@ -111,19 +125,30 @@ class KubeClient:
         pod_timeout_seconds: float = 2.0,
         http_post: HttpPost = http_post_json,
         control_key: str = "",
+        probe_budget_seconds: float | None = None,
+        probe_concurrency: int = PROBE_CONCURRENCY,
     ) -> None:
         self._transport = transport
         self._http_get = http_get
         self._http_post = http_post
         self._pod_timeout = pod_timeout_seconds
+        # All probes of one reconcile end within this (default: two rounds of timeouts); late answers are unknown.
+        self._probe_budget = probe_budget_seconds if probe_budget_seconds is not None else 2.0 * pod_timeout_seconds
+        self._probes = ThreadPoolExecutor(max_workers=probe_concurrency, thread_name_prefix="pod-probe")
         self._control_key = control_key  # derives each Ensemble's pod control token (render/control.py)
-        self._written: dict[ObjectKey, str] = {}  # write-only kinds: the digest this process last applied
+        # The applied-hash annotation of each object as this process last wrote or read it (None: absent).
+        self._known: dict[ObjectKey, str | None] = {}
         self.stats = WriteStats()
+
+    def close(self) -> None:
+        self._probes.shutdown(wait=False, cancel_futures=True)
 
     def _call(
         self, method: str, path: str, ok: tuple[int, ...] = (200, 201), **kwargs: Any
     ) -> tuple[int, Any]:
         status, body = self._transport.request(method, path, **kwargs)
+        if status == 409 and 409 not in ok:
+            raise Conflict(status, method, path, body)
         if status not in ok:
             raise ApiError(status, method, path, body)
         return status, body
@@ -143,17 +168,21 @@ class KubeClient:
             item.setdefault("kind", kind)
         return items
 
-    def apply(self, desired: Manifest) -> bool:
-        """Server-side apply `desired` unless the live object was applied from identical content."""
+    def apply(self, desired: Manifest, *, fresh: bool = False) -> bool:
+        """Server-side apply `desired` unless the live object was applied from identical content (as last
+        written or read by this process; `fresh`: as read now)."""
         key = ObjectKey.of(desired)
         digest = stable_hash(desired)
         if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
             # Secrets: the operator may write them but not read them; remember what it wrote (after a restart
             # it writes once more, which the API server takes as a no-op when nothing changed).
-            live_digest = self._written.get(key)
+            live_digest = self._known.get(key)
+        elif not fresh and self._known.get(key) == digest:
+            live_digest = digest
         else:
             live = self.get(key.api_version, key.kind, key.namespace, key.name)
             live_digest = None if live is None else live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION)
+            self._known[key] = live_digest
         if live_digest == digest:
             self.stats.skipped += 1
             return False
@@ -165,6 +194,7 @@ class KubeClient:
                 "annotations": {**meta.get("annotations", {}), APPLIED_HASH_ANNOTATION: digest},
             },
         }
+        self._known.pop(key, None)  # unknown until the apply has succeeded
         self._call(
             "PATCH",
             object_path(key.api_version, key.kind, key.namespace, key.name),
@@ -173,16 +203,23 @@ class KubeClient:
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
         )
         self.stats.applies += 1
-        if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
-            self._written[key] = digest
+        self._known[key] = digest
         return True
 
-    def delete_if_exists(self, key: ObjectKey) -> bool:
+    def forget(self, key: ObjectKey) -> None:
+        """The object changed behind this process's back (e.g. it was deleted): read it before the next apply."""
+        self._known.pop(key, None)
+
+    def delete_if_exists(self, key: ObjectKey, *, fresh: bool = False) -> bool:
+        if not fresh and key in self._known and self._known[key] is None:
+            return False  # known absent
         if self.get(key.api_version, key.kind, key.namespace, key.name) is None:
+            self._known[key] = None
             return False
         self._call(
             "DELETE", object_path(key.api_version, key.kind, key.namespace, key.name), ok=(200, 202, 404)
         )
+        self._known[key] = None
         self.stats.deletes += 1
         return True
 
@@ -194,16 +231,21 @@ class KubeClient:
         name: str,
         new: Manifest,
         live: Mapping[str, Any] | None,
-    ) -> bool:
-        """Merge-patch .status to `new` (keys it drops are nulled); nothing is sent when equal."""
+        resource_version: str | None = None,
+    ) -> Manifest | None:
+        """Merge-patch .status to `new` (keys it drops are nulled); nothing is sent when equal. With the
+        `resource_version` `live` was read at, the API server refuses (`Conflict`) when the object has changed
+        since. Returns the object as patched (None: nothing sent)."""
         current = {k: v for k, v in (live or {}).items() if k != "kopf"}
         if current == new:
-            return False
-        patch = {**{k: None for k in current if k not in new}, **new}
+            return None
+        patch: dict[str, Any] = {"status": {**{k: None for k in current if k not in new}, **new}}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         path = object_path(api_version, kind, namespace, name) + "/status"
-        self._call("PATCH", path, body={"status": patch}, content_type=MERGE_PATCH)
+        _, body = self._call("PATCH", path, body=patch, content_type=MERGE_PATCH)
         self.stats.status_patches += 1
-        return True
+        return body if isinstance(body, dict) else {}
 
     def emit_event(self, involved: Manifest, reason: str, message: str, type_: str = "Normal") -> None:
         meta = involved["metadata"]
@@ -282,47 +324,76 @@ class KubeClient:
                 self.stats.pod_annotations += 1
         return patched
 
-    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest] | None = None) -> list[PodReport]:
+    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest]) -> list[PodReport]:
         """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability and the
         versions found in storage (GET /v2/repository/status) and versions that failed to load
-        (POST /v2/repository/index) of the runtime pods (listed here unless given). What a pod does not
-        answer stays unknown (None / empty)."""
-        reports: list[PodReport] = []
-        for pod in self.list_pods(namespace, ensemble) if pods is None else pods:
-            status = pod.get("status", {})
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+        (POST /v2/repository/index) of the runtime pods. The calls go out concurrently (a bounded pool shared by
+        all reconciles) and all end within the probe budget; what a pod does not answer in time stays unknown
+        (None / empty)."""
+        headers = control_headers(self._control_key, namespace, ensemble)
+        calls: list[tuple[Future[Any], Future[Any], Future[Any]] | None] = []
+        for pod in pods:
+            ip = pod.get("status", {}).get("podIP")
+            if not (_pod_ready(pod) and ip):
+                calls.append(None)
+                continue
+            base = f"http://{ip}:{HTTP_PORT}"
+            calls.append(
+                (
+                    self._probes.submit(
+                        self._http_get, f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout, headers
+                    ),
+                    self._probes.submit(self._http_get, f"{base}/v2/repository/status", self._pod_timeout, headers),
+                    self._probes.submit(
+                        self._http_post, f"{base}/v2/repository/index", b"{}", self._pod_timeout, headers
+                    ),
+                )
             )
-            ip = status.get("podIP")
+        pending = [f for trio in calls if trio is not None for f in trio]
+        if pending:
+            _, late = wait_futures(pending, timeout=self._probe_budget)
+            for future in late:
+                future.cancel()
+        reports: list[PodReport] = []
+        for pod, trio in zip(pods, calls, strict=True):
             versions: dict[str, int] | None = None
             storage: str | None = None
             found: dict[str, tuple[int, ...]] | None = None
             digest: str | None = None
             failures: tuple[str, ...] = ()
-            if ready and ip:
-                base = f"http://{ip}:{HTTP_PORT}"
-                headers = control_headers(self._control_key, namespace, ensemble)
+            if trio is not None:
+                doc = _answer(trio[0])
                 try:
-                    doc = self._http_get(f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout, headers)
-                    versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
+                    versions = None if doc is None else {str(k): int(v) for k, v in doc.get("versions", {}).items()}
                 except _POD_ERRORS:
                     versions = None
-                try:
-                    doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout, headers)
+                doc = _answer(trio[1])
+                if doc is not None:
                     storage, found, digest = storage_problem(doc), found_versions(doc), config_digest_of(doc)
-                except _POD_ERRORS:
-                    storage, found, digest = None, None, None
-                try:
-                    index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout, headers)
-                    failures = failed_versions(index)
-                except _POD_ERRORS:
-                    failures = ()
+                index = _answer(trio[2])
+                failures = failed_versions(index) if index is not None else ()
             reports.append(
                 PodReport(
-                    pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures, found, digest
+                    pod["metadata"]["name"], _pod_ready(pod), versions, pod_problem(pod), storage, failures, found,
+                    digest,
                 )
             )
         return reports
+
+
+def _pod_ready(pod: Manifest) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _answer(future: Future[Any]) -> Any:
+    """A probe's answer; None when it failed, was cancelled or is still running (past the budget)."""
+    if not future.done() or future.cancelled():
+        return None
+    try:
+        return future.result(timeout=0)
+    except Exception:  # a pod that answers nonsense or nothing is unknown, never a failed reconcile
+        return None
 
 
 _POD_ERRORS = (OSError, ValueError, AttributeError, TypeError, KeyError)

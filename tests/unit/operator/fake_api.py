@@ -89,3 +89,30 @@ def _matches(obj: dict[str, Any], query: Mapping[str, str] | None) -> bool:
     return all(
         labels.get(k) == v for k, v in (pair.split("=", 1) for pair in query["labelSelector"].split(","))
     )
+
+
+def observe(api: FakeApi, ensemble: Mapping[str, Any]) -> Any:
+    """What the operator's watches would hold for `ensemble` (its Models, Deployment, pods), read from `api`
+    as the indexes would (reconcile.Observed)."""
+    from ensemble_operator.reconcile import Observed, model_names
+    from ensemble_operator.render.common import ENSEMBLE_LABEL
+
+    ns, name = ensemble["metadata"]["namespace"], ensemble["metadata"]["name"]
+    models = {
+        m: copy.deepcopy(api.objects[p])
+        for m in model_names(ensemble)
+        if (p := f"/apis/serving.ensemble.dev/v1alpha1/namespaces/{ns}/models/{m}") in api.objects
+    }
+    deployment = api.objects.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
+    prefix = f"/api/v1/namespaces/{ns}/pods/"
+    pods = [
+        copy.deepcopy(o)
+        for p, o in sorted(api.objects.items())
+        if p.startswith(prefix) and (o["metadata"].get("labels") or {}).get(ENSEMBLE_LABEL) == name
+    ]
+    return Observed(models, copy.deepcopy(deployment), pods)
+
+
+def reconcile(rec: Any, api: FakeApi, body: Mapping[str, Any], *, fresh: bool = False) -> str:
+    """One reconcile of the Ensemble `body` from what `api` holds; returns the phase."""
+    return str(rec.ensemble(body, observe(api, body), fresh=fresh).phase)
