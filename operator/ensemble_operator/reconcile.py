@@ -240,9 +240,6 @@ class Reconciler:
                 self.kube.emit_event(dict(body), "DeletionBlocked", message, "Warning")
         return message
 
-    def model_users(self, namespace: str, name: str) -> list[str]:
-        return sorted(e["metadata"]["name"] for e in self.ensembles_using(namespace, name))
-
     def podmates(self, namespace: str, name: str) -> list[Podmate]:
         """The other Models served in the same pods as Model `name`: those of every Ensemble that uses it."""
         models = self.models(namespace)

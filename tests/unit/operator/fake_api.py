@@ -13,9 +13,16 @@ class FakeApi:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.posted: list[Any] = []  # bodies of POSTs (e.g. Events), in order
+        self._version = 0
 
     def put(self, path: str, obj: dict[str, Any]) -> None:
         self.objects[path] = copy.deepcopy(obj)
+        self.bump(self.objects[path])
+
+    def bump(self, obj: dict[str, Any]) -> None:
+        """A write: the object's resourceVersion moves on (one counter for all objects, as etcd's)."""
+        self._version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._version)
 
     def request(
         self,
@@ -41,13 +48,17 @@ class FakeApi:
             return 200, {"items": items}
         if method == "PATCH" and path.endswith("/status"):
             obj = self.objects[path.removesuffix("/status")]
+            expected = (body.get("metadata") or {}).get("resourceVersion")
+            if expected is not None and expected != obj["metadata"].get("resourceVersion"):
+                return 409, {"reason": "Conflict"}  # written since the patch's sender read it
+            self.bump(obj)
             status = obj.setdefault("status", {})
             for k, v in body["status"].items():
                 if v is None:
                     status.pop(k, None)
                 else:
                     status[k] = v
-            return 200, obj
+            return 200, copy.deepcopy(obj)
         if method == "PATCH" and content_type == "application/merge-patch+json":
             if path not in self.objects:
                 return 404, {"reason": "NotFound"}

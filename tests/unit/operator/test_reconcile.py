@@ -237,8 +237,8 @@ def test_removing_autoscaling_deletes_the_hpa(world: tuple[FakeApi, Reconciler])
 
 def test_model_in_use_is_reported(world: tuple[FakeApi, Reconciler]) -> None:
     _, rec = world
-    assert rec.model_users(NS, "classifier") == ["image-pipeline"]
-    assert rec.model_users(NS, "unused") == []
+    assert [e["metadata"]["name"] for e in rec.ensembles_using(NS, "classifier")] == ["image-pipeline"]
+    assert rec.ensembles_using(NS, "unused") == []
 
 
 def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler], ensemble: Ensemble) -> None:
