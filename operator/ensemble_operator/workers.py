@@ -16,8 +16,10 @@ Between events a worker wakes up only on its own clock:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,18 @@ logger = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 1.0  # after a failed reconcile, wait this long (doubling up to RETRY_MAX_S), or for a mark
 RETRY_MAX_S = 60.0
+RECONCILE_THREADS = 32  # reconciles in flight at once; mostly waiting on the API server and the pods
+
+
+def in_threads(threads: int = RECONCILE_THREADS) -> Callable[..., Awaitable[Any]]:
+    """Run blocking calls in a pool of their own: a reconcile waiting on its pods' answers never holds up
+    another's (asyncio's default pool has a handful of threads on a small machine)."""
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="reconcile")
+
+    async def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+
+    return run
 
 
 @dataclass
@@ -72,7 +86,7 @@ class Workers:
     ensembles: Marks = field(default_factory=Marks)
     models: Marks = field(default_factory=Marks)
     found: FoundVersions = field(default_factory=FoundVersions)
-    run: Callable[..., Awaitable[Any]] = asyncio.to_thread  # where the blocking reconcile runs
+    run: Callable[..., Awaitable[Any]] = field(default_factory=in_threads)  # where the blocking calls run
 
     async def ensemble(
         self,
