@@ -92,7 +92,7 @@ def register(
         for model in set(model_names(body)) | set(before):  # a user more or less
             workers.models.mark((ns, model))
 
-    @kopf.daemon(GROUP, VERSION, "ensembles", cancellation_timeout=60.0, registry=registry)
+    @kopf.daemon(GROUP, VERSION, "ensembles", cancellation_backoff=5.0, cancellation_timeout=30.0, registry=registry)
     async def ensemble_worker(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
         # kopf hands every handler its indexes as keyword arguments named by their ids
         indexes = (kwargs["models_by_name"], kwargs["owned_deployments"], kwargs["owned_pods"])
@@ -133,7 +133,7 @@ def register(
         for user in users(kwargs["ensembles_by_model"], ns, name):
             workers.ensembles.mark((ns, user))
 
-    @kopf.daemon(GROUP, VERSION, "models", cancellation_timeout=60.0, registry=registry)
+    @kopf.daemon(GROUP, VERSION, "models", cancellation_backoff=5.0, cancellation_timeout=30.0, registry=registry)
     async def model_worker(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
         await workers.model(body, stop_future(stopped), kwargs["ensembles_by_model"])
 

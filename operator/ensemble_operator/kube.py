@@ -177,8 +177,8 @@ class KubeClient:
             # Secrets: the operator may write them but not read them; remember what it wrote (after a restart
             # it writes once more, which the API server takes as a no-op when nothing changed).
             live_digest = self._known.get(key)
-        elif not fresh and self._known.get(key) == digest:
-            live_digest = digest
+        elif not fresh and key in self._known:
+            live_digest = self._known[key]  # as this process last wrote or read it: equal, or sent without a read
         else:
             live = self.get(key.api_version, key.kind, key.namespace, key.name)
             live_digest = None if live is None else live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION)
@@ -464,7 +464,7 @@ def _decode(raw: Any) -> Any:
         return raw
 
 
-def connect(pod_timeout_seconds: float, control_key: str = "") -> KubeClient:
+def connect(pod_timeout_seconds: float, control_key: str = "", connections: int = 32) -> KubeClient:
     """A client from in-cluster config, falling back to the local kubeconfig."""
     from kubernetes import client, config
 
@@ -472,6 +472,10 @@ def connect(pod_timeout_seconds: float, control_key: str = "") -> KubeClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections  # one per reconcile thread: none waits for a socket
     return KubeClient(
-        ApiClientTransport(client.ApiClient()), pod_timeout_seconds=pod_timeout_seconds, control_key=control_key
+        ApiClientTransport(client.ApiClient(configuration)),
+        pod_timeout_seconds=pod_timeout_seconds,
+        control_key=control_key,
     )

@@ -159,7 +159,7 @@ class Reconciler:
                 fresh = self.kube.get(API_VERSION, kind, ns, name)
                 if fresh is None or fresh["metadata"].get("generation") != generation:
                     return None, body
-                logger.info("%s %s/%s: status changed since it was read; computing it again", kind, ns, name)
+                logger.debug("%s %s/%s: status changed since it was read; computing it again", kind, ns, name)
                 body = fresh
                 continue
             if written is None:

@@ -98,6 +98,15 @@ def test_an_unchanged_reconcile_reads_nothing_but_a_fresh_one_reads_the_owned_ob
     assert any("/configmaps/" in p for p in reads) and any("/deployments/" in p for p in reads)
     assert [m for m, _ in api.requests[seen:]] == ["GET"] * len(api.requests[seen:])
 
+    # a Model change: the config it renders differs from what was applied, so it is sent, without a read
+    api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")]["spec"]["versionPolicy"] = {
+        "specific": {"versions": [1]}
+    }
+    seen = len(api.requests)
+    rec.ensemble(body, observed(body, _model_index(api), {}, {}))
+    config = object_path("v1", "ConfigMap", NS, "image-pipeline-repository")
+    assert [(m, p) for m, p in api.requests[seen:] if not p.endswith("/status")] == [("PATCH", config)]
+
 
 def test_a_status_conflict_is_read_again_and_planned_again(ensemble: Ensemble, models: dict[str, Model]) -> None:
     """Someone else writes the Ensemble between our read and our status patch: the patch carries the version
