@@ -1,4 +1,4 @@
-"""The only module that talks to the Kubernetes API (and to runtime pods over HTTP).
+"""The only module that talks to the Kubernetes API (the runtime pods are asked through probes.py).
 
 Writes are server-side applies (fieldManager ensemble-operator, force) guarded by compare-before-write:
 every applied object carries a hash of its desired content in an annotation; when the live object
@@ -7,18 +7,14 @@ object, so a reconcile that changes nothing reads nothing either; `fresh=True` r
 again (the periodic resync, the first reconcile after start). Status patches are skipped when the
 computed status equals the live one, and carry the resourceVersion the status was computed from: a
 concurrent writer makes the API server answer 409 (`Conflict`) instead of one write silently undoing the
-other. The runtime pods are probed concurrently, a bounded number of calls at a time, within a total
-time budget. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
+other. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
 nothing.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -26,9 +22,9 @@ from typing import Any, Protocol
 from .access import Decision, Permission, UserInfo
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
-from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .render.control import control_headers
-from .status import PodReport, config_digest_of, failed_versions, found_versions, pod_problem, storage_problem
+from .probes import PROBE_CONCURRENCY, HttpGet, HttpPost, PodProber, http_get_json, http_post_json
+from .render.common import ENSEMBLE_LABEL, Manifest, stable_hash
+from .status import PodReport
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -64,8 +60,6 @@ class Transport(Protocol):
     ) -> tuple[int, Any]: ...
 
 
-HttpGet = Callable[[str, float, Mapping[str, str]], Any]  # (url, timeout, headers)
-HttpPost = Callable[[str, bytes, float, Mapping[str, str]], Any]
 WRITE_ONLY_KINDS = frozenset({("v1", "Secret")})  # applied without reading the live object (no `get` right)
 
 
@@ -74,20 +68,6 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     path = f"{prefix}/namespaces/{namespace}/{plural}"
     return f"{path}/{name}" if name else path
-
-
-def http_get_json(url: str, timeout: float, headers: Mapping[str, str]) -> Any:
-    request = urllib.request.Request(url, headers=dict(headers), method="GET")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def http_post_json(url: str, body: bytes, timeout: float, headers: Mapping[str, str]) -> Any:
-    request = urllib.request.Request(
-        url, data=body, headers={**headers, "Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
 
 
 @dataclass
@@ -114,7 +94,6 @@ class Conflict(ApiError):
     """409: the object changed since it was read (its resourceVersion moved on)."""
 
 
-PROBE_CONCURRENCY = 16  # HTTP calls to runtime pods in flight at once, over all Ensembles
 
 
 class KubeClient:
@@ -129,19 +108,17 @@ class KubeClient:
         probe_concurrency: int = PROBE_CONCURRENCY,
     ) -> None:
         self._transport = transport
-        self._http_get = http_get
-        self._http_post = http_post
-        self._pod_timeout = pod_timeout_seconds
-        # All probes of one reconcile end within this (default: two rounds of timeouts); late answers are unknown.
-        self._probe_budget = probe_budget_seconds if probe_budget_seconds is not None else 2.0 * pod_timeout_seconds
-        self._probes = ThreadPoolExecutor(max_workers=probe_concurrency, thread_name_prefix="pod-probe")
-        self._control_key = control_key  # derives each Ensemble's pod control token (render/control.py)
+        self.pods = PodProber(http_get, http_post, pod_timeout_seconds, control_key, probe_budget_seconds,
+                              probe_concurrency)
         # The applied-hash annotation of each object as this process last wrote or read it (None: absent).
         self._known: dict[ObjectKey, str | None] = {}
         self.stats = WriteStats()
 
     def close(self) -> None:
-        self._probes.shutdown(wait=False, cancel_futures=True)
+        self.pods.close()
+
+    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest]) -> list[PodReport]:
+        return self.pods.reports(namespace, ensemble, pods)
 
     def _call(
         self, method: str, path: str, ok: tuple[int, ...] = (200, 201), **kwargs: Any
@@ -323,81 +300,6 @@ class KubeClient:
                 patched += 1
                 self.stats.pod_annotations += 1
         return patched
-
-    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest]) -> list[PodReport]:
-        """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability and the
-        versions found in storage (GET /v2/repository/status) and versions that failed to load
-        (POST /v2/repository/index) of the runtime pods. The calls go out concurrently (a bounded pool shared by
-        all reconciles) and all end within the probe budget; what a pod does not answer in time stays unknown
-        (None / empty)."""
-        headers = control_headers(self._control_key, namespace, ensemble)
-        calls: list[tuple[Future[Any], Future[Any], Future[Any]] | None] = []
-        for pod in pods:
-            ip = pod.get("status", {}).get("podIP")
-            if not (_pod_ready(pod) and ip):
-                calls.append(None)
-                continue
-            base = f"http://{ip}:{HTTP_PORT}"
-            calls.append(
-                (
-                    self._probes.submit(
-                        self._http_get, f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout, headers
-                    ),
-                    self._probes.submit(self._http_get, f"{base}/v2/repository/status", self._pod_timeout, headers),
-                    self._probes.submit(
-                        self._http_post, f"{base}/v2/repository/index", b"{}", self._pod_timeout, headers
-                    ),
-                )
-            )
-        pending = [f for trio in calls if trio is not None for f in trio]
-        if pending:
-            _, late = wait_futures(pending, timeout=self._probe_budget)
-            for future in late:
-                future.cancel()
-        reports: list[PodReport] = []
-        for pod, trio in zip(pods, calls, strict=True):
-            versions: dict[str, int] | None = None
-            storage: str | None = None
-            found: dict[str, tuple[int, ...]] | None = None
-            digest: str | None = None
-            failures: tuple[str, ...] = ()
-            if trio is not None:
-                doc = _answer(trio[0])
-                try:
-                    versions = None if doc is None else {str(k): int(v) for k, v in doc.get("versions", {}).items()}
-                except _POD_ERRORS:
-                    versions = None
-                doc = _answer(trio[1])
-                if doc is not None:
-                    storage, found, digest = storage_problem(doc), found_versions(doc), config_digest_of(doc)
-                index = _answer(trio[2])
-                failures = failed_versions(index) if index is not None else ()
-            reports.append(
-                PodReport(
-                    pod["metadata"]["name"], _pod_ready(pod), versions, pod_problem(pod), storage, failures, found,
-                    digest,
-                )
-            )
-        return reports
-
-
-def _pod_ready(pod: Manifest) -> bool:
-    conditions = pod.get("status", {}).get("conditions", [])
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _answer(future: Future[Any]) -> Any:
-    """A probe's answer; None when it failed, was cancelled or is still running (past the budget)."""
-    if not future.done() or future.cancelled():
-        return None
-    try:
-        return future.result(timeout=0)
-    except Exception:  # a pod that answers nonsense or nothing is unknown, never a failed reconcile
-        return None
-
-
-_POD_ERRORS = (OSError, ValueError, AttributeError, TypeError, KeyError)
-
 
 class ApiClientTransport:
     """Transport over the official client's ApiClient (kubeconfig or in-cluster auth)."""
