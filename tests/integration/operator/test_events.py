@@ -218,7 +218,8 @@ def test_a_status_conflict_on_the_api_server_is_read_again(
     theirs["status"]["versionsFound"] = [9]  # someone else's write, after `stale` was read
     cp.api("PUT", path + "/status", theirs)
 
-    kube = KubeClient(ApiClientTransport(kube_config.new_client_from_config(str(cp.kubeconfig_path))))
+    client = kube_config.new_client_from_config(str(cp.kubeconfig_path))  # type: ignore[no-untyped-call]
+    kube = KubeClient(ApiClientTransport(client))
     with pytest.raises(Conflict):  # the API server holds the patch to the version it was computed from
         kube.patch_status(
             "serving.ensemble.dev/v1alpha1", "Model", ns, "classifier", {"policy": "x"}, stale["status"],
