@@ -13,6 +13,7 @@ from .kube import connect
 from .reconcile import Reconciler
 from .settings import Settings
 from .settle import ModelSettle
+from .workers import RECONCILE_THREADS
 
 
 def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
@@ -38,7 +39,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    kube = connect(settings.pod_http_timeout_seconds, settings.control_key.get_secret_value())
+    kube = connect(settings.pod_http_timeout_seconds, settings.control_key.get_secret_value(), RECONCILE_THREADS)
     reconciler = Reconciler(
         kube=kube, defaults=settings.runtime_defaults(), settle=ModelSettle(settings.model_settle_seconds)
     )
@@ -47,6 +48,7 @@ def main() -> None:
         registry,
         reconciler,
         settings.status_interval_seconds,
+        resync_interval=settings.resync_interval_seconds,
         webhooks=settings.webhook_enabled,
         policy=settings.runtime_policy(),
     )

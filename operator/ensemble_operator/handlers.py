@@ -1,4 +1,7 @@
-"""kopf registrations only: parse, delegate to the Reconciler, report."""
+"""kopf registrations only: indexes, marks, one worker per object (workers.py), webhooks.
+
+Admission webhooks read the API (Reconciler.models/podmates), not the indexes: a decision must see the Model
+created a moment ago, which a watch may not have delivered yet."""
 
 from __future__ import annotations
 
@@ -11,7 +14,20 @@ from pydantic import BaseModel, ValidationError
 
 from .access import AccessGate, RuntimePolicy, UserInfo, runtime_policy
 from .api.v1alpha1 import GROUP, VERSION, EnsembleSpec, ModelSpec
-from .reconcile import Reconciler
+from .indexes import (
+    Key,
+    deployment_entry,
+    ensemble_model_entries,
+    model_entry,
+    owning_ensemble,
+    plain,
+    pod_entry,
+    users,
+)
+from .plan import ObjectKey
+from .reconcile import Reconciler, model_names
+from .render.common import ENSEMBLE_LABEL
+from .workers import Workers, stop_future
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
@@ -30,58 +46,113 @@ def _old_spec(kind: type[SpecT], old: Mapping[str, Any] | None) -> SpecT | None:
         return None
 
 
-SETTLE_MARGIN_S = 0.05  # a timer may fire a hair early: the handler's own change must have settled by then
-
-
 def register(
     registry: kopf.OperatorRegistry,
     reconciler: Reconciler,
     status_interval: float,
     *,
+    resync_interval: float = 600.0,
     webhooks: bool = True,
     policy: RuntimePolicy | None = None,
-) -> None:
+) -> Workers:
     """Register every handler on `registry` (no global registry, no module state). Without `webhooks`
     the admission handlers are left out: kopf refuses to run admission handlers with no server. `policy`:
-    the allowed runtime images and flags (default: the default image's repository, the built-in flags)."""
+    the allowed runtime images and flags (default: the default image's repository, the built-in flags).
+    Returns the workers the handlers mark (see workers.py)."""
+    workers = Workers(reconciler, status_interval, resync_interval)
+    ensemble_label = {ENSEMBLE_LABEL: kopf.PRESENT}
+
+    # ---------------------------------------------------------------- what the watches keep (indexes.py)
+
+    @kopf.index(GROUP, VERSION, "models", id="models_by_name", registry=registry)
+    def models_by_name(body: kopf.Body, **_: Any) -> dict[Key, Any]:
+        return model_entry(body)
+
+    @kopf.index(GROUP, VERSION, "ensembles", id="ensembles_by_model", registry=registry)
+    def ensembles_by_model(body: kopf.Body, **_: Any) -> dict[Key, str]:
+        return ensemble_model_entries(body)
+
+    @kopf.index("apps", "v1", "deployments", labels=ensemble_label, id="owned_deployments", registry=registry)
+    def owned_deployments(body: kopf.Body, **_: Any) -> dict[Key, Any]:
+        return deployment_entry(body)
+
+    @kopf.index("", "v1", "pods", labels=ensemble_label, id="owned_pods", registry=registry)
+    def owned_pods(body: kopf.Body, **_: Any) -> dict[Key, Any]:
+        return pod_entry(body)
+
+    # ---------------------------------------------------------------- Ensembles
 
     @kopf.on.resume(GROUP, VERSION, "ensembles", registry=registry)
     @kopf.on.create(GROUP, VERSION, "ensembles", registry=registry)
     @kopf.on.update(GROUP, VERSION, "ensembles", field="spec", registry=registry)
-    def ensemble_changed(body: kopf.Body, **_: Any) -> None:
-        reconciler.ensemble(dict(body))
+    async def ensemble_changed(body: kopf.Body, old: Any, **_: Any) -> None:
+        ns = body["metadata"]["namespace"]
+        workers.ensembles.mark((ns, body["metadata"]["name"]))
+        before = model_names({"spec": old}) if isinstance(old, Mapping) else []
+        for model in set(model_names(body)) | set(before):  # a user more or less
+            workers.models.mark((ns, model))
 
-    @kopf.timer(GROUP, VERSION, "ensembles", interval=status_interval, registry=registry)
-    def ensemble_refresh(body: kopf.Body, **_: Any) -> None:
-        # Level-based: the full reconcile is cheap and writes nothing when nothing changed.
-        reconciler.ensemble(dict(body))
+    @kopf.daemon(GROUP, VERSION, "ensembles", cancellation_backoff=5.0, cancellation_timeout=30.0, registry=registry)
+    async def ensemble_worker(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+        # kopf hands every handler its indexes as keyword arguments named by their ids
+        indexes = (kwargs["models_by_name"], kwargs["owned_deployments"], kwargs["owned_pods"])
+        await workers.ensemble(body, stop_future(stopped), *indexes)
+
+    @kopf.on.event(GROUP, VERSION, "ensembles", registry=registry)
+    async def ensemble_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        if type == "DELETED":
+            workers.ensemble_gone(body["metadata"]["namespace"], body["metadata"]["name"], model_names(body))
+
+    @kopf.on.event("apps", "v1", "deployments", labels=ensemble_label, registry=registry)
+    async def deployment_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        ensemble = owning_ensemble(body)
+        if ensemble is not None:
+            ns = body["metadata"]["namespace"]
+            if type == "DELETED":  # applied from here, deleted by someone else: apply it again
+                reconciler.kube.forget(ObjectKey("apps/v1", "Deployment", ns, body["metadata"]["name"]))
+            workers.ensembles.mark((ns, ensemble))
+
+    @kopf.on.event("", "v1", "pods", labels=ensemble_label, registry=registry)
+    async def pod_event(body: kopf.Body, **_: Any) -> None:
+        ensemble = owning_ensemble(body)
+        if ensemble is not None:
+            workers.ensembles.mark((body["metadata"]["namespace"], ensemble))
+
+    # ---------------------------------------------------------------- Models
 
     @kopf.on.resume(GROUP, VERSION, "models", registry=registry)
     @kopf.on.create(GROUP, VERSION, "models", registry=registry)
     @kopf.on.update(GROUP, VERSION, "models", field="spec", registry=registry)
-    async def model_changed(body: kopf.Body, reason: str, **_: Any) -> None:
-        # Models applied together arrive as separate events moments apart: note the change (no reconcile
-        # renders it meanwhile, see settle.py), wait until the batch has landed, then render all of it at once.
+    async def model_changed(body: kopf.Body, reason: str, **kwargs: Any) -> None:
+        # Models applied together arrive as separate events moments apart: note the change, so that no
+        # reconcile renders it before the batch has landed (settle.py), and mark the Ensembles that use it.
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         if reason != "resume":
-            reconciler.settle.changed(body["metadata"]["namespace"], body["metadata"]["name"])
-            await asyncio.sleep(reconciler.settle.seconds + SETTLE_MARGIN_S)
-        await asyncio.to_thread(reconciler.model, dict(body))
+            reconciler.settle.changed(ns, name)
+        workers.models.mark((ns, name))
+        for user in users(kwargs["ensembles_by_model"], ns, name):
+            workers.ensembles.mark((ns, user))
 
-    @kopf.timer(GROUP, VERSION, "models", interval=status_interval, registry=registry)
-    def model_refresh(body: kopf.Body, **_: Any) -> None:
-        # Which Ensembles use a Model changes with the Ensembles: refresh its status (no write if same).
-        reconciler.model_status(dict(body))
+    @kopf.daemon(GROUP, VERSION, "models", cancellation_backoff=5.0, cancellation_timeout=30.0, registry=registry)
+    async def model_worker(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+        await workers.model(body, stop_future(stopped), kwargs["ensembles_by_model"])
 
     @kopf.on.delete(GROUP, VERSION, "models", registry=registry)
-    def model_deleted(body: kopf.Body, **_: Any) -> None:
-        # kopf keeps its finalizer on the Model until this handler succeeds: in use => blocked.
-        blocked = reconciler.model_deletion_blocked(dict(body))
+    async def model_deleted(body: kopf.Body, **kwargs: Any) -> None:
+        # kopf keeps its finalizer on the Model until this handler succeeds: in use => blocked. (The Model's
+        # worker has stopped: from here on this handler writes its status.)
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        found = workers.found.union(ns, name)
+        blocked = await asyncio.to_thread(
+            reconciler.model_deletion_blocked, plain(body), users(kwargs["ensembles_by_model"], ns, name), found
+        )
         if blocked is not None:
-            raise kopf.TemporaryError(blocked, delay=10)
+            raise kopf.TemporaryError(blocked, delay=5)
 
     if webhooks:
         gate = AccessGate(policy or runtime_policy(reconciler.defaults.image), reconciler.kube.review_access)
         _register_webhooks(registry, reconciler, gate)
+    return workers
 
 
 def _register_webhooks(registry: kopf.OperatorRegistry, reconciler: Reconciler, gate: AccessGate) -> None:

@@ -1,17 +1,20 @@
-"""The only module that talks to the Kubernetes API (and to runtime pods over HTTP).
+"""The only module that talks to the Kubernetes API (the runtime pods are asked through probes.py).
 
 Writes are server-side applies (fieldManager ensemble-operator, force) guarded by compare-before-write:
 every applied object carries a hash of its desired content in an annotation; when the live object
-carries the same hash, nothing is sent. Status patches are skipped when the computed status equals
-the live one. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
+carries the same hash, nothing is sent. The client remembers the hash it last applied (or read) per
+object, so a reconcile that changes nothing reads nothing either; `fresh=True` reads the live objects
+again (the periodic resync, the first reconcile after start). Status patches are skipped when the
+computed status equals the live one, and carry the resourceVersion the status was computed from: a
+concurrent writer makes the API server answer 409 (`Conflict`) instead of one write silently undoing the
+other. `KubeClient.stats` counts every write, so tests can assert that a no-op reconcile wrote
 nothing.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -19,9 +22,9 @@ from typing import Any, Protocol
 from .access import Decision, Permission, UserInfo
 from .api.v1alpha1 import API_VERSION, GROUP
 from .plan import ObjectKey
-from .render.common import ENSEMBLE_LABEL, HTTP_PORT, Manifest, stable_hash
-from .render.control import control_headers
-from .status import PodReport, config_digest_of, failed_versions, found_versions, pod_problem, storage_problem
+from .probes import PROBE_CONCURRENCY, HttpGet, HttpPost, PodProber, http_get_json, http_post_json
+from .render.common import ENSEMBLE_LABEL, Manifest, stable_hash
+from .status import PodReport
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -57,8 +60,6 @@ class Transport(Protocol):
     ) -> tuple[int, Any]: ...
 
 
-HttpGet = Callable[[str, float, Mapping[str, str]], Any]  # (url, timeout, headers)
-HttpPost = Callable[[str, bytes, float, Mapping[str, str]], Any]
 WRITE_ONLY_KINDS = frozenset({("v1", "Secret")})  # applied without reading the live object (no `get` right)
 
 
@@ -67,20 +68,6 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     path = f"{prefix}/namespaces/{namespace}/{plural}"
     return f"{path}/{name}" if name else path
-
-
-def http_get_json(url: str, timeout: float, headers: Mapping[str, str]) -> Any:
-    request = urllib.request.Request(url, headers=dict(headers), method="GET")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def http_post_json(url: str, body: bytes, timeout: float, headers: Mapping[str, str]) -> Any:
-    request = urllib.request.Request(
-        url, data=body, headers={**headers, "Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
 
 
 @dataclass
@@ -103,6 +90,12 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+class Conflict(ApiError):
+    """409: the object changed since it was read (its resourceVersion moved on)."""
+
+
+
+
 class KubeClient:
     def __init__(
         self,
@@ -111,19 +104,28 @@ class KubeClient:
         pod_timeout_seconds: float = 2.0,
         http_post: HttpPost = http_post_json,
         control_key: str = "",
+        probe_budget_seconds: float | None = None,
+        probe_concurrency: int = PROBE_CONCURRENCY,
     ) -> None:
         self._transport = transport
-        self._http_get = http_get
-        self._http_post = http_post
-        self._pod_timeout = pod_timeout_seconds
-        self._control_key = control_key  # derives each Ensemble's pod control token (render/control.py)
-        self._written: dict[ObjectKey, str] = {}  # write-only kinds: the digest this process last applied
+        self.pods = PodProber(http_get, http_post, pod_timeout_seconds, control_key, probe_budget_seconds,
+                              probe_concurrency)
+        # The applied-hash annotation of each object as this process last wrote or read it (None: absent).
+        self._known: dict[ObjectKey, str | None] = {}
         self.stats = WriteStats()
+
+    def close(self) -> None:
+        self.pods.close()
+
+    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest]) -> list[PodReport]:
+        return self.pods.reports(namespace, ensemble, pods)
 
     def _call(
         self, method: str, path: str, ok: tuple[int, ...] = (200, 201), **kwargs: Any
     ) -> tuple[int, Any]:
         status, body = self._transport.request(method, path, **kwargs)
+        if status == 409 and 409 not in ok:
+            raise Conflict(status, method, path, body)
         if status not in ok:
             raise ApiError(status, method, path, body)
         return status, body
@@ -143,17 +145,21 @@ class KubeClient:
             item.setdefault("kind", kind)
         return items
 
-    def apply(self, desired: Manifest) -> bool:
-        """Server-side apply `desired` unless the live object was applied from identical content."""
+    def apply(self, desired: Manifest, *, fresh: bool = False) -> bool:
+        """Server-side apply `desired` unless the live object was applied from identical content (as last
+        written or read by this process; `fresh`: as read now)."""
         key = ObjectKey.of(desired)
         digest = stable_hash(desired)
         if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
             # Secrets: the operator may write them but not read them; remember what it wrote (after a restart
             # it writes once more, which the API server takes as a no-op when nothing changed).
-            live_digest = self._written.get(key)
+            live_digest = self._known.get(key)
+        elif not fresh and key in self._known:
+            live_digest = self._known[key]  # as this process last wrote or read it: equal, or sent without a read
         else:
             live = self.get(key.api_version, key.kind, key.namespace, key.name)
             live_digest = None if live is None else live["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION)
+            self._known[key] = live_digest
         if live_digest == digest:
             self.stats.skipped += 1
             return False
@@ -165,6 +171,7 @@ class KubeClient:
                 "annotations": {**meta.get("annotations", {}), APPLIED_HASH_ANNOTATION: digest},
             },
         }
+        self._known.pop(key, None)  # unknown until the apply has succeeded
         self._call(
             "PATCH",
             object_path(key.api_version, key.kind, key.namespace, key.name),
@@ -173,16 +180,23 @@ class KubeClient:
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
         )
         self.stats.applies += 1
-        if (key.api_version, key.kind) in WRITE_ONLY_KINDS:
-            self._written[key] = digest
+        self._known[key] = digest
         return True
 
-    def delete_if_exists(self, key: ObjectKey) -> bool:
+    def forget(self, key: ObjectKey) -> None:
+        """The object changed behind this process's back (e.g. it was deleted): read it before the next apply."""
+        self._known.pop(key, None)
+
+    def delete_if_exists(self, key: ObjectKey, *, fresh: bool = False) -> bool:
+        if not fresh and key in self._known and self._known[key] is None:
+            return False  # known absent
         if self.get(key.api_version, key.kind, key.namespace, key.name) is None:
+            self._known[key] = None
             return False
         self._call(
             "DELETE", object_path(key.api_version, key.kind, key.namespace, key.name), ok=(200, 202, 404)
         )
+        self._known[key] = None
         self.stats.deletes += 1
         return True
 
@@ -194,16 +208,21 @@ class KubeClient:
         name: str,
         new: Manifest,
         live: Mapping[str, Any] | None,
-    ) -> bool:
-        """Merge-patch .status to `new` (keys it drops are nulled); nothing is sent when equal."""
+        resource_version: str | None = None,
+    ) -> Manifest | None:
+        """Merge-patch .status to `new` (keys it drops are nulled); nothing is sent when equal. With the
+        `resource_version` `live` was read at, the API server refuses (`Conflict`) when the object has changed
+        since. Returns the object as patched (None: nothing sent)."""
         current = {k: v for k, v in (live or {}).items() if k != "kopf"}
         if current == new:
-            return False
-        patch = {**{k: None for k in current if k not in new}, **new}
+            return None
+        patch: dict[str, Any] = {"status": {**{k: None for k in current if k not in new}, **new}}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         path = object_path(api_version, kind, namespace, name) + "/status"
-        self._call("PATCH", path, body={"status": patch}, content_type=MERGE_PATCH)
+        _, body = self._call("PATCH", path, body=patch, content_type=MERGE_PATCH)
         self.stats.status_patches += 1
-        return True
+        return body if isinstance(body, dict) else {}
 
     def emit_event(self, involved: Manifest, reason: str, message: str, type_: str = "Normal") -> None:
         meta = involved["metadata"]
@@ -282,52 +301,6 @@ class KubeClient:
                 self.stats.pod_annotations += 1
         return patched
 
-    def pod_reports(self, namespace: str, ensemble: str, pods: Sequence[Manifest] | None = None) -> list[PodReport]:
-        """Readiness, served versions (GET /v2/ensembles/<name>/versions), storage reachability and the
-        versions found in storage (GET /v2/repository/status) and versions that failed to load
-        (POST /v2/repository/index) of the runtime pods (listed here unless given). What a pod does not
-        answer stays unknown (None / empty)."""
-        reports: list[PodReport] = []
-        for pod in self.list_pods(namespace, ensemble) if pods is None else pods:
-            status = pod.get("status", {})
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
-            )
-            ip = status.get("podIP")
-            versions: dict[str, int] | None = None
-            storage: str | None = None
-            found: dict[str, tuple[int, ...]] | None = None
-            digest: str | None = None
-            failures: tuple[str, ...] = ()
-            if ready and ip:
-                base = f"http://{ip}:{HTTP_PORT}"
-                headers = control_headers(self._control_key, namespace, ensemble)
-                try:
-                    doc = self._http_get(f"{base}/v2/ensembles/{ensemble}/versions", self._pod_timeout, headers)
-                    versions = {str(k): int(v) for k, v in doc.get("versions", {}).items()}
-                except _POD_ERRORS:
-                    versions = None
-                try:
-                    doc = self._http_get(f"{base}/v2/repository/status", self._pod_timeout, headers)
-                    storage, found, digest = storage_problem(doc), found_versions(doc), config_digest_of(doc)
-                except _POD_ERRORS:
-                    storage, found, digest = None, None, None
-                try:
-                    index = self._http_post(f"{base}/v2/repository/index", b"{}", self._pod_timeout, headers)
-                    failures = failed_versions(index)
-                except _POD_ERRORS:
-                    failures = ()
-            reports.append(
-                PodReport(
-                    pod["metadata"]["name"], ready, versions, pod_problem(pod), storage, failures, found, digest
-                )
-            )
-        return reports
-
-
-_POD_ERRORS = (OSError, ValueError, AttributeError, TypeError, KeyError)
-
-
 class ApiClientTransport:
     """Transport over the official client's ApiClient (kubeconfig or in-cluster auth)."""
 
@@ -393,7 +366,7 @@ def _decode(raw: Any) -> Any:
         return raw
 
 
-def connect(pod_timeout_seconds: float, control_key: str = "") -> KubeClient:
+def connect(pod_timeout_seconds: float, control_key: str = "", connections: int = 32) -> KubeClient:
     """A client from in-cluster config, falling back to the local kubeconfig."""
     from kubernetes import client, config
 
@@ -401,6 +374,10 @@ def connect(pod_timeout_seconds: float, control_key: str = "") -> KubeClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections  # one per reconcile thread: none waits for a socket
     return KubeClient(
-        ApiClientTransport(client.ApiClient()), pod_timeout_seconds=pod_timeout_seconds, control_key=control_key
+        ApiClientTransport(client.ApiClient(configuration)),
+        pod_timeout_seconds=pod_timeout_seconds,
+        control_key=control_key,
     )

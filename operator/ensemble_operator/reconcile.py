@@ -1,22 +1,24 @@
-"""One level-based reconcile per object: read, plan, apply the difference, report (I/O via KubeClient)."""
+"""One level-based reconcile per object: plan from what the watches observed, apply the difference, report
+(I/O via KubeClient). Called by the workers (workers.py), one at a time per object; the admission webhooks'
+look-ups (which must not be stale) read the API."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .access import Podmate
 from .api.v1alpha1 import API_VERSION, Ensemble, Model
-from .kube import KubeClient
+from .api.v1alpha1.conditions import ConditionType
+from .kube import Conflict, KubeClient
 from .plan import plan_ensemble
 from .refresh import pods_to_refresh
-from .render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
+from .render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, Manifest, RuntimeDefaults
 from .settle import ModelSettle
-from .status import PodReport, compute_model_status, compute_status, versions_found
+from .status import PodReport, compute_model_status, compute_status
 from .validation import validate_ensemble
 
 logger = logging.getLogger(__name__)
@@ -24,21 +26,39 @@ logger = logging.getLogger(__name__)
 REFRESH_EVERY_S = 30.0  # at most one more nudge per pod this often (or twice the runtime's poll interval)
 
 
+def model_names(ensemble: Mapping[str, Any]) -> list[str]:
+    """The Models an Ensemble body's steps name, sorted (read leniently: admission sees unchecked specs)."""
+    steps = (ensemble.get("spec") or {}).get("steps") or []
+    return sorted({str(ref["name"]) for s in steps if isinstance(ref := s.get("modelRef"), dict) and ref.get("name")})
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
-class KeyedLocks:
-    """One lock per key, made on first use: kopf runs handlers of different objects at the same time, and the
-    handlers of several Models (and the Ensemble's own timer) may reconcile one Ensemble at once."""
+STATUS_ATTEMPTS = 3  # a status write that meets a conflict re-reads and re-plans at most this often
 
-    _guard: threading.Lock = field(default_factory=threading.Lock)
-    _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
 
-    def of(self, key: tuple[str, str]) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
+@dataclass(frozen=True)
+class Observed:
+    """What a reconcile of one Ensemble reads, from the operator's watches (kopf indexes): the Models it names
+    (by name; a missing one is absent), its Deployment and its pods."""
+
+    models: Mapping[str, Manifest]
+    deployment: Manifest | None
+    pods: Sequence[Manifest]
+
+
+@dataclass(frozen=True)
+class EnsembleOutcome:
+    phase: str
+    pods: list[PodReport] = field(default_factory=list)
+    written: Manifest | None = None  # the Ensemble as its status patch returned it (None: nothing written)
+    settling: list[str] = field(default_factory=list)  # Models whose settling held the config back
+
+
+class StatusConflict(RuntimeError):
+    """The status write met a conflict STATUS_ATTEMPTS times in a row."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +66,9 @@ class Reconciler:
     kube: KubeClient
     defaults: RuntimeDefaults
     clock: Callable[[], str] = utc_now
-    locks: KeyedLocks = field(default_factory=KeyedLocks)
     settle: ModelSettle = field(default_factory=ModelSettle)
+
+    # ------------------------------------------------------------ admission (reads the API: never stale)
 
     def models(self, namespace: str) -> dict[str, Model]:
         return {name: Model.model_validate(body) for name, body in self._model_bodies(namespace).items()}
@@ -59,37 +80,28 @@ class Reconciler:
         return [
             e
             for e in self.kube.list_objects(API_VERSION, "Ensemble", namespace)
-            if any(s.get("modelRef", {}).get("name") == model for s in e.get("spec", {}).get("steps", []))
+            if model in model_names(e)
         ]
 
-    def ensemble(self, body: dict[str, Any]) -> str:
-        """Reconcile one Ensemble; returns the phase. Writes nothing when nothing changed. One at a time per
-        Ensemble, so that concurrent reconciles never each see the old world and each write the new one."""
-        ens = Ensemble.model_validate(body)
-        ns, name = ens.metadata.namespace, ens.metadata.name
-        lock = self.locks.of((ns, name))
-        if not lock.acquire(blocking=False):
-            lock.acquire()  # another reconcile of it just ran: what we were handed may be out of date
-            fresh = self.kube.get(API_VERSION, "Ensemble", ns, name)
-            if fresh is None:
-                lock.release()
-                return "Unknown"
-            body, ens = fresh, Ensemble.model_validate(fresh)
-        try:
-            return self._ensemble(ens, body)
-        finally:
-            lock.release()
+    # ------------------------------------------------------------ Ensembles
 
-    def _ensemble(self, ens: Ensemble, body: dict[str, Any]) -> str:
+    def ensemble(self, body: Mapping[str, Any], observed: Observed, *, fresh: bool = False) -> EnsembleOutcome:
+        """Reconcile one Ensemble from `observed`; writes nothing when nothing changed. `fresh`: read the
+        owned objects from the API instead of trusting what this process last applied. The caller runs one
+        reconcile per Ensemble at a time (see workers.py)."""
+        ens = Ensemble.model_validate(dict(body))
+        return self._ensemble(ens, dict(body), observed, fresh)
+
+    def _ensemble(self, ens: Ensemble, body: dict[str, Any], observed: Observed, fresh: bool) -> EnsembleOutcome:
         ns, name = ens.metadata.namespace, ens.metadata.name
-        bodies = self._model_bodies(ns)
-        plan = plan_ensemble(ens, {n: Model.model_validate(b) for n, b in bodies.items()}, self.defaults)
-        objects = self._hold_settling_config(ens, plan.apply)
+        models = {n: Model.model_validate(b) for n, b in observed.models.items()}
+        plan = plan_ensemble(ens, models, self.defaults)
+        objects, settling = self._hold_settling_config(ens, plan.apply)
         held = len(objects) < len(plan.apply)
-        applied = sum(self.kube.apply(obj) for obj in objects)
-        deleted = sum(self.kube.delete_if_exists(key) for key in plan.delete)
-        deployment = self.kube.get("apps/v1", "Deployment", ns, name)
-        pod_objects = self.kube.list_pods(ns, name) if deployment is not None else []
+        applied = sum(self.kube.apply(obj, fresh=fresh) for obj in objects)
+        deleted = sum(self.kube.delete_if_exists(key, fresh=fresh) for key in plan.delete)
+        deployment = observed.deployment
+        pod_objects = list(observed.pods) if deployment is not None else []
         before = {p["metadata"]["name"]: dict(p["metadata"].get("annotations") or {}) for p in pod_objects}
         if plan.config_hash is not None and not held:
             # The kubelet refreshes a mounted ConfigMap on its periodic sync (a minute or more) or at once when
@@ -101,41 +113,73 @@ class Reconciler:
         pods = self.kube.pod_reports(ns, name, pod_objects)
         if plan.config_hash is not None and plan.config_digest is not None and not held:
             self._refresh_stale(ens, pod_objects, before, pods, plan.config_hash, plan.config_digest)
-        status = compute_status(ens, plan.issues, deployment, pods, self.clock(), plan.warnings)
-        self.record_versions_found(
-            ns, [bodies[s.model_ref.name] for s in ens.spec.steps if s.model_ref.name in bodies], pods
-        )
+
+        def planned(live: dict[str, Any]) -> dict[str, Any]:
+            current = ens if live is body else Ensemble.model_validate(live)
+            return compute_status(current, plan.issues, deployment, pods, self.clock(), plan.warnings).to_wire()
+
         old_phase = (body.get("status") or {}).get("phase")
-        written = self.kube.patch_status(API_VERSION, "Ensemble", ns, name, status.to_wire(), body.get("status"))
-        if applied or deleted or written:
+        written, final = self._write_status("Ensemble", body, planned)
+        status = final.get("status") or {}
+        phase = str(status.get("phase") or "Unknown")
+        if applied or deleted or written is not None:
             logger.info(
                 "Ensemble %s/%s reconciled: %d object(s) applied, %d deleted, status %s (phase %s)",
                 ns,
                 name,
                 applied,
                 deleted,
-                "written" if written else "unchanged",
-                status.phase,
+                "written" if written is not None else "unchanged",
+                phase,
             )
-        if written and status.phase != old_phase:
+        if written is not None and phase != old_phase:
             # a Degraded event says why (e.g. "pod p: m 2: the runtime died while loading this version")
-            kind = "Degraded" if status.phase == "Degraded" else "Ready"
-            shown = next(c for c in status.conditions if c.type == kind)
-            warn = status.phase in ("Invalid", "Degraded")
-            self.kube.emit_event(body, status.phase or "Unknown", shown.message, "Warning" if warn else "Normal")
-        return status.phase or "Unknown"
+            kind = ConditionType.DEGRADED if phase == "Degraded" else ConditionType.READY
+            shown = next(c for c in status.get("conditions", []) if c.get("type") == kind)
+            warn = phase in ("Invalid", "Degraded")
+            self.kube.emit_event(body, phase, shown.get("message", ""), "Warning" if warn else "Normal")
+        return EnsembleOutcome(phase, pods, written, settling)
 
-    def _hold_settling_config(self, ens: Ensemble, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`objects` without the runtime config while a Model it uses is settling (see settle.py), unless the
-        config does not exist yet (a new Ensemble gets its config at once)."""
+    def _write_status(
+        self, kind: str, body: dict[str, Any], compute: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> tuple[Manifest | None, dict[str, Any]]:
+        """Write `compute(body)` as the status of `body`, guarded by its resourceVersion. On a conflict (someone
+        wrote the object since it was read): read it again and, unless its spec changed meanwhile (then the
+        change's own reconcile follows; nothing is written here), compute again from what it holds now.
+        Returns (the object as written or None, the object the status was last computed for)."""
+        meta = body["metadata"]
+        ns, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+        for _ in range(STATUS_ATTEMPTS):
+            new = compute(body)
+            try:
+                written = self.kube.patch_status(
+                    API_VERSION, kind, ns, name, new, body.get("status"), body["metadata"].get("resourceVersion")
+                )
+            except Conflict:
+                fresh = self.kube.get(API_VERSION, kind, ns, name)
+                if fresh is None or fresh["metadata"].get("generation") != generation:
+                    return None, body
+                logger.debug("%s %s/%s: status changed since it was read; computing it again", kind, ns, name)
+                body = fresh
+                continue
+            if written is None:
+                return None, {**body, "status": new}
+            return written, written
+        raise StatusConflict(f"{kind} {ns}/{name}: status conflicts {STATUS_ATTEMPTS} times in a row")
+
+    def _hold_settling_config(
+        self, ens: Ensemble, objects: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """(`objects` without the runtime config while a Model it uses is settling (see settle.py), unless the
+        config does not exist yet (a new Ensemble gets its config at once); the settling Models)."""
         ns = ens.metadata.namespace
         waiting = self.settle.settling(ns, [step.model_ref.name for step in ens.spec.steps])
         config = next((obj for obj in objects if obj["kind"] == "ConfigMap"), None)
         if not waiting or config is None or self.kube.get("v1", "ConfigMap", ns, config["metadata"]["name"]) is None:
-            return objects
+            return objects, []
         logger.info("Ensemble %s/%s: Model(s) %s changed moments ago; the config is written once they settle",
                     ns, ens.metadata.name, ", ".join(waiting))
-        return [obj for obj in objects if obj is not config]
+        return [obj for obj in objects if obj is not config], waiting
 
     def _refresh_stale(
         self,
@@ -161,51 +205,40 @@ class Reconciler:
             targets = [p for p in pod_objects if p["metadata"]["name"] in stale]
             self.kube.annotate_pods(ns, targets, CONFIG_REFRESH_ANNOTATION, now)
 
-    def record_versions_found(self, namespace: str, models: list[dict[str, Any]], pods: list[PodReport]) -> int:
-        """Write each Model's status.versionsFound from what the ready pods found in storage (the runtime
-        names a model as its Model resource); only where it changed. Returns the number of Models written."""
-        found = versions_found(pods, {m["metadata"]["name"] for m in models})
-        written = 0
-        for body in {m["metadata"]["name"]: m for m in models}.values():
-            name, live = body["metadata"]["name"], body.get("status") or {}
-            if name not in found or live.get("versionsFound") == found[name]:
-                continue
-            new = {k: v for k, v in live.items() if k != "kopf"} | {"versionsFound": found[name]}
-            if self.kube.patch_status(API_VERSION, "Model", namespace, name, new, live):
-                logger.info("Model %s/%s: versions found in storage %s", namespace, name, found[name])
-                written += 1
+    # ------------------------------------------------------------ Models
+
+    def model_status(
+        self,
+        body: Mapping[str, Any],
+        users: Sequence[str],
+        found: Sequence[int] | None = None,
+        deletion_blocked: str | None = None,
+    ) -> Manifest | None:
+        """Write a Model's status (the only writer of all of it): policy, which Ensembles use it (`users`),
+        the versions their pods found in storage (`found`; None: keep what it says) and, while a deletion waits
+        for its users, DeletionBlocked. Returns the Model as written (None: nothing changed)."""
+
+        def planned(live: dict[str, Any]) -> dict[str, Any]:
+            model = Model.model_validate(live)
+            return compute_model_status(model, users, self.clock(), deletion_blocked, found).to_wire()
+
+        written, _ = self._write_status("Model", dict(body), planned)
         return written
 
-    def model(self, body: dict[str, Any]) -> None:
-        """Refresh a Model's status, then re-reconcile every Ensemble that references it."""
-        for user in self.model_status(body):
-            self.ensemble(user)
-
-    def model_status(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        """Refresh a Model's status (which Ensembles use it); returns those Ensembles."""
-        model = Model.model_validate(body)
-        ns, name = model.metadata.namespace, model.metadata.name
-        users = self.ensembles_using(ns, name)
-        status = compute_model_status(model, [u["metadata"]["name"] for u in users], self.clock())
-        self.kube.patch_status(API_VERSION, "Model", ns, name, status.to_wire(), body.get("status"))
-        return users
-
-    def model_deletion_blocked(self, body: dict[str, Any]) -> str | None:
+    def model_deletion_blocked(
+        self, body: Mapping[str, Any], users: Sequence[str], found: Sequence[int] | None = None
+    ) -> str | None:
         """Why a Model being deleted must stay (None: nothing uses it any more). The reason goes on the
         Model as a DeletionBlocked condition, and into one Warning event when it first appears."""
-        model = Model.model_validate(body)
-        ns, name = model.metadata.namespace, model.metadata.name
-        users = self.model_users(ns, name)
         if not users:
             return None
-        message = f"Model {name} is used by Ensemble(s) {', '.join(users)}; remove it from their steps first"
-        status = compute_model_status(model, users, self.clock(), deletion_blocked=message)
-        if self.kube.patch_status(API_VERSION, "Model", ns, name, status.to_wire(), body.get("status")):
-            self.kube.emit_event(body, "DeletionBlocked", message, "Warning")
+        name = body["metadata"]["name"]
+        message = f"Model {name} is used by Ensemble(s) {', '.join(sorted(users))}; remove it from their steps first"
+        if self.model_status(body, users, found, deletion_blocked=message) is not None:
+            blocked = {c.get("type"): c for c in (body.get("status") or {}).get("conditions", [])}
+            if ConditionType.DELETION_BLOCKED not in blocked:
+                self.kube.emit_event(dict(body), "DeletionBlocked", message, "Warning")
         return message
-
-    def model_users(self, namespace: str, name: str) -> list[str]:
-        return sorted(e["metadata"]["name"] for e in self.ensembles_using(namespace, name))
 
     def podmates(self, namespace: str, name: str) -> list[Podmate]:
         """The other Models served in the same pods as Model `name`: those of every Ensemble that uses it."""
@@ -213,7 +246,7 @@ class Reconciler:
         return [
             Podmate(e["metadata"]["name"], other, models[other].spec)
             for e in self.ensembles_using(namespace, name)
-            for other in sorted({s.get("modelRef", {}).get("name") for s in e.get("spec", {}).get("steps", [])})
+            for other in model_names(e)
             if other != name and other in models
         ]
 

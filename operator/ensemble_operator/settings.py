@@ -18,7 +18,18 @@ class Settings(BaseSettings):
         default="", description="comma-separated namespaces to watch; empty: cluster-wide"
     )
     log_level: str = "INFO"
-    status_interval_seconds: float = 30.0
+    status_interval_seconds: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="ask each Ensemble's runtime pods for their reports (served versions, storage, load failures) "
+        "this often; reads nothing from the Kubernetes API (its changes arrive by watch)",
+    )
+    resync_interval_seconds: float = Field(
+        default=600.0,
+        gt=0.0,
+        description="re-read each Ensemble's owned objects from the API this often (a safety net for changes no "
+        "watch reports, such as an owned Service deleted by hand)",
+    )
     model_settle_seconds: float = Field(
         default=1.0,
         ge=0.0,

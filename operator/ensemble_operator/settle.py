@@ -2,10 +2,11 @@
 
 Models applied together (one `kubectl apply` of several) reach the operator as separate events, moments apart.
 Rendering an Ensemble's config between them would give its pods one Model's new spec next to another's old
-one. So each Model change is noted when its event arrives; until `seconds` have passed, no reconcile (the
-Model handlers', the Ensemble's own, its timer's) rewrites the config of an Ensemble using that Model. The
-Model's handler waits that long, then reconciles with the whole batch in place. Kept in memory: after an
-operator restart nothing is settling, which only costs the batching, never a change.
+one. So each Model change is noted when its event arrives; until `seconds` have passed, no reconcile of an
+Ensemble using that Model rewrites its config. The Model's handler marks those Ensembles; each Ensemble's
+worker waits until its Models have settled (`remaining`), then reconciles with the whole batch in place (see
+workers.py). Kept in memory: after an operator restart nothing is settling, which only costs the batching,
+never a change.
 """
 
 from __future__ import annotations
@@ -35,3 +36,10 @@ class ModelSettle:
             for key in [key for key, when in self._changed.items() if now - when >= self.seconds]:
                 del self._changed[key]
             return sorted({name for name in names if (namespace, name) in self._changed})
+
+    def remaining(self, namespace: str, names: Iterable[str]) -> float:
+        """Seconds until the last of `names` that is settling has settled (0: none is)."""
+        now = self.clock()
+        with self._guard:
+            ages = [now - self._changed[(namespace, n)] for n in names if (namespace, n) in self._changed]
+        return max((self.seconds - age for age in ages), default=0.0) if ages else 0.0

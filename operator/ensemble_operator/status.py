@@ -12,6 +12,7 @@ from typing import Any
 from ensemble_contract.status import decode_storage_status
 
 from .api.v1alpha1 import Condition, Ensemble, EnsembleStatus, Model, ModelStatus
+from .api.v1alpha1.conditions import ConditionType, Reason
 from .render.common import grpc_endpoint
 from .validation import Issue, summarize
 
@@ -146,11 +147,11 @@ def _merge(previous: Sequence[Condition], new: Condition, now: str) -> Condition
     return new.model_copy(update={"last_transition_time": now})
 
 
-def _cond(kind: str, status: bool, reason: str, message: str, generation: int) -> Condition:
+def _cond(kind: ConditionType, status: bool, reason: Reason | str, message: str, generation: int) -> Condition:
     return Condition(
-        type=kind,
+        type=str(kind),
         status="True" if status else "False",
-        reason=reason,
+        reason=str(reason),
         message=message,
         observed_generation=generation,
     )
@@ -180,7 +181,7 @@ def _deployment_numbers(deployment: dict[str, Any]) -> tuple[int, int, int, int,
     total = int(st.get("replicas", 0) or 0)
     observed = int(st.get("observedGeneration", 0) or 0) >= int(deployment["metadata"].get("generation", 0) or 0)
     stalled = any(
-        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        c.get("type") == ConditionType.PROGRESSING and c.get("reason") == Reason.PROGRESS_DEADLINE_EXCEEDED
         for c in st.get("conditions", [])
     )
     return desired, ready, updated, total, observed, stalled
@@ -200,58 +201,58 @@ def compute_status(
     if issues:
         msg = summarize(issues)
         conds = [
-            _cond("Ready", False, "InvalidSpec", msg, gen),
-            _cond("Progressing", False, "InvalidSpec", "the last valid spec keeps serving", gen),
-            _cond("Degraded", True, "InvalidSpec", msg, gen),
+            _cond(ConditionType.READY, False, Reason.INVALID_SPEC, msg, gen),
+            _cond(ConditionType.PROGRESSING, False, Reason.INVALID_SPEC, "the last valid spec keeps serving", gen),
+            _cond(ConditionType.DEGRADED, True, Reason.INVALID_SPEC, msg, gen),
         ]
     elif deployment is None:
         conds = [
-            _cond("Ready", False, "Creating", "the runtime Deployment does not exist yet", gen),
-            _cond("Progressing", True, "Creating", "creating the runtime Deployment", gen),
-            _cond("Degraded", False, "AsExpected", "", gen),
+            _cond(ConditionType.READY, False, Reason.CREATING, "the runtime Deployment does not exist yet", gen),
+            _cond(ConditionType.PROGRESSING, True, Reason.CREATING, "creating the runtime Deployment", gen),
+            _cond(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "", gen),
         ]
     else:
         desired, ready, updated, replicas, observed, stalled = _deployment_numbers(deployment)
         done = observed and updated == desired and replicas == desired and ready == desired
         if desired == 0:
-            ready_c = _cond("Ready", False, "ScaledToZero", "no replicas requested", gen)
+            ready_c = _cond(ConditionType.READY, False, Reason.SCALED_TO_ZERO, "no replicas requested", gen)
         elif ready == 0:
-            ready_c = _cond("Ready", False, "NoReadyReplicas", f"0/{desired} replicas ready", gen)
+            ready_c = _cond(ConditionType.READY, False, Reason.NO_READY_REPLICAS, f"0/{desired} replicas ready", gen)
         else:
-            reason = "AllReplicasReady" if ready >= desired else "PartiallyReady"
-            ready_c = _cond("Ready", True, reason, f"{ready}/{desired} replicas ready", gen)
+            reason = Reason.ALL_REPLICAS_READY if ready >= desired else Reason.PARTIALLY_READY
+            ready_c = _cond(ConditionType.READY, True, reason, f"{ready}/{desired} replicas ready", gen)
         if not done:
-            prog_c = _cond("Progressing", True, "RollingOut", f"{updated}/{desired} replicas updated", gen)
+            prog_c = _cond(ConditionType.PROGRESSING, True, Reason.ROLLING_OUT, f"{updated}/{desired} replicas updated", gen)
         elif not agree:
-            prog_c = _cond("Progressing", True, "VersionSwitch", "ready pods serve different version sets", gen)
+            prog_c = _cond(ConditionType.PROGRESSING, True, Reason.VERSION_SWITCH, "ready pods serve different version sets", gen)
         else:
-            prog_c = _cond("Progressing", False, "RolloutComplete", "", gen)
+            prog_c = _cond(ConditionType.PROGRESSING, False, Reason.ROLLOUT_COMPLETE, "", gen)
         problems = pod_problems(pods)
         if problems is not None:
-            reason = "PodsUnschedulable" if "Unschedulable" in problems else "PodsFailing"
-            deg_c = _cond("Degraded", True, reason, problems, gen)
+            reason = Reason.PODS_UNSCHEDULABLE if "Unschedulable" in problems else Reason.PODS_FAILING
+            deg_c = _cond(ConditionType.DEGRADED, True, reason, problems, gen)
         elif (storage := storage_problems(pods)) is not None:
-            deg_c = _cond("Degraded", True, "StorageUnreachable", storage, gen)
+            deg_c = _cond(ConditionType.DEGRADED, True, Reason.STORAGE_UNREACHABLE, storage, gen)
         elif (failed := load_failures(pods)) is not None:
-            deg_c = _cond("Degraded", True, "VersionLoadFailed", failed, gen)
+            deg_c = _cond(ConditionType.DEGRADED, True, Reason.VERSION_LOAD_FAILED, failed, gen)
         elif stalled:
-            deg_c = _cond("Degraded", True, "ProgressDeadlineExceeded", "the rollout is stuck", gen)
+            deg_c = _cond(ConditionType.DEGRADED, True, Reason.PROGRESS_DEADLINE_EXCEEDED, "the rollout is stuck", gen)
         elif warnings:
-            deg_c = _cond("Degraded", True, "VersionNotFound", summarize(warnings), gen)
+            deg_c = _cond(ConditionType.DEGRADED, True, Reason.VERSION_NOT_FOUND, summarize(warnings), gen)
         elif done is False and observed and updated == desired and ready < desired:
-            deg_c = _cond("Degraded", True, "ReplicasUnavailable", f"{ready}/{desired} replicas ready", gen)
+            deg_c = _cond(ConditionType.DEGRADED, True, Reason.REPLICAS_UNAVAILABLE, f"{ready}/{desired} replicas ready", gen)
         else:
-            deg_c = _cond("Degraded", False, "AsExpected", "", gen)
+            deg_c = _cond(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "", gen)
         conds = [ready_c, prog_c, deg_c]
     merged = [_merge(ensemble.status.conditions, c, now) for c in conds]
     by_type = {c.type: c.status == "True" for c in merged}
     if issues:
         phase = "Invalid"
-    elif by_type["Degraded"]:
+    elif by_type[ConditionType.DEGRADED]:
         phase = "Degraded"
-    elif by_type["Progressing"]:
+    elif by_type[ConditionType.PROGRESSING]:
         phase = "Progressing"
-    elif by_type["Ready"]:
+    elif by_type[ConditionType.READY]:
         phase = "Ready"
     else:
         phase = "Pending"
@@ -268,19 +269,23 @@ def compute_status(
 
 
 def compute_model_status(
-    model: Model, in_use_by: Sequence[str], now: str, deletion_blocked: str | None = None
+    model: Model,
+    in_use_by: Sequence[str],
+    now: str,
+    deletion_blocked: str | None = None,
+    found: Sequence[int] | None = None,
 ) -> ModelStatus:
-    """Model status: its policy summary and an Accepted condition (plus DeletionBlocked while a deletion
-    waits for the Ensembles that use it); versionsFound is kept as the Ensemble reconcile recorded it (from the
-    runtime pods' storage listings, see `versions_found`)."""
+    """Model status: its policy summary, an Accepted condition (plus DeletionBlocked while a deletion waits for
+    the Ensembles that use it) and versionsFound: `found` (the union of what the runtime pods of the Ensembles
+    using it found in storage, see `versions_found`), or as it stands when no pod has reported since start."""
     gen = model.metadata.generation
     users = ", ".join(sorted(in_use_by)) or "no Ensemble"
-    conditions = [_cond("Accepted", True, "Valid", f"used by {users}", gen)]
+    conditions = [_cond(ConditionType.ACCEPTED, True, Reason.VALID, f"used by {users}", gen)]
     if deletion_blocked is not None:
-        conditions.append(_cond("DeletionBlocked", True, "InUse", deletion_blocked, gen))
+        conditions.append(_cond(ConditionType.DELETION_BLOCKED, True, Reason.IN_USE, deletion_blocked, gen))
     return ModelStatus(
         policy=model.spec.version_policy.summary(),
-        versions_found=model.status.versions_found,
+        versions_found=list(found) if found is not None else model.status.versions_found,
         conditions=[_merge(model.status.conditions, c, now) for c in conditions],
         observed_generation=gen,
     )

@@ -55,7 +55,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["get", "create", "patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]  # list/watch: readiness reaches the status by watch
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "create", "patch"]
@@ -64,7 +64,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "patch"]  # patch: the config-hash annotation that makes the kubelet refresh repository.json
+  verbs: ["list", "watch", "patch"]  # patch: the config-hash annotation that makes the kubelet refresh repository.json
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]

@@ -303,8 +303,9 @@ def test_reconciling_an_unchanged_ensemble_writes_nothing(
         return mark if writes and time.time() - epoch(writes[-1]["stageTimestamp"]) > 6 else None
 
     mark = wait_for(quiet, "the operator's writes to settle", timeout=60)
-    # Every reconcile GETs the Deployment: wait for five more timer reconciles of this Ensemble.
-    wait_for(lambda: len(audit_log.since(mark, ns, writes=False)) >= 5, "five more reconciles", timeout=60)
+    # Every full reconcile (the resync, every 2 s here) GETs the Deployment: wait for five more of them; the
+    # pod reports (every 2 s) and pod events in between read nothing.
+    wait_for(lambda: len(audit_log.deployment_reads(mark, ns)) >= 5, "five more full reconciles", timeout=60)
     writes = audit_log.since(mark, ns, writes=True)
     assert not writes, "no-op reconciles wrote:\n" + "\n".join(describe(e) for e in writes)
 

@@ -13,9 +13,16 @@ class FakeApi:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.posted: list[Any] = []  # bodies of POSTs (e.g. Events), in order
+        self._version = 0
 
     def put(self, path: str, obj: dict[str, Any]) -> None:
         self.objects[path] = copy.deepcopy(obj)
+        self.bump(self.objects[path])
+
+    def bump(self, obj: dict[str, Any]) -> None:
+        """A write: the object's resourceVersion moves on (one counter for all objects, as etcd's)."""
+        self._version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._version)
 
     def request(
         self,
@@ -41,13 +48,17 @@ class FakeApi:
             return 200, {"items": items}
         if method == "PATCH" and path.endswith("/status"):
             obj = self.objects[path.removesuffix("/status")]
+            expected = (body.get("metadata") or {}).get("resourceVersion")
+            if expected is not None and expected != obj["metadata"].get("resourceVersion"):
+                return 409, {"reason": "Conflict"}  # written since the patch's sender read it
+            self.bump(obj)
             status = obj.setdefault("status", {})
             for k, v in body["status"].items():
                 if v is None:
                     status.pop(k, None)
                 else:
                     status[k] = v
-            return 200, obj
+            return 200, copy.deepcopy(obj)
         if method == "PATCH" and content_type == "application/merge-patch+json":
             if path not in self.objects:
                 return 404, {"reason": "NotFound"}
@@ -89,3 +100,30 @@ def _matches(obj: dict[str, Any], query: Mapping[str, str] | None) -> bool:
     return all(
         labels.get(k) == v for k, v in (pair.split("=", 1) for pair in query["labelSelector"].split(","))
     )
+
+
+def observe(api: FakeApi, ensemble: Mapping[str, Any]) -> Any:
+    """What the operator's watches would hold for `ensemble` (its Models, Deployment, pods), read from `api`
+    as the indexes would (reconcile.Observed)."""
+    from ensemble_operator.reconcile import Observed, model_names
+    from ensemble_operator.render.common import ENSEMBLE_LABEL
+
+    ns, name = ensemble["metadata"]["namespace"], ensemble["metadata"]["name"]
+    models = {
+        m: copy.deepcopy(api.objects[p])
+        for m in model_names(ensemble)
+        if (p := f"/apis/serving.ensemble.dev/v1alpha1/namespaces/{ns}/models/{m}") in api.objects
+    }
+    deployment = api.objects.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
+    prefix = f"/api/v1/namespaces/{ns}/pods/"
+    pods = [
+        copy.deepcopy(o)
+        for p, o in sorted(api.objects.items())
+        if p.startswith(prefix) and (o["metadata"].get("labels") or {}).get(ENSEMBLE_LABEL) == name
+    ]
+    return Observed(models, copy.deepcopy(deployment), pods)
+
+
+def reconcile(rec: Any, api: FakeApi, body: Mapping[str, Any], *, fresh: bool = False) -> str:
+    """One reconcile of the Ensemble `body` from what `api` holds; returns the phase."""
+    return str(rec.ensemble(body, observe(api, body), fresh=fresh).phase)

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from ensemble_contract.status import StorageStatus
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
+from ensemble_operator.found import FoundVersions
 from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
 from ensemble_operator.render.control import control_token
-from fake_api import FakeApi
+from ensemble_operator.status import versions_found
+from fake_api import FakeApi, observe, reconcile
 
 NS = "ml"
 
@@ -74,18 +74,18 @@ def _mark_deployment_ready(api: FakeApi) -> None:
 
 def test_second_reconcile_writes_nothing(world: tuple[FakeApi, Reconciler]) -> None:
     api, rec = world
-    assert rec.ensemble(_ensemble_body(api)) == "Progressing"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Progressing"
     first = rec.kube.stats.writes
     assert rec.kube.stats.applies == 6  # ConfigMap, 2 Services, Deployment, PDB, HPA
     _mark_deployment_ready(api)
-    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Ready"
     status = _ensemble_body(api)["status"]
     assert status["servedVersions"] == {"classifier": 2, "preprocess": 1, "postprocess": 1}
     assert status["endpoint"] == "image-pipeline.ml.svc:8001"
     settled, seen = rec.kube.stats.writes, len(api.requests)
     assert settled > first
-    rec.ensemble(_ensemble_body(api))
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
     assert [m for m, _ in api.requests[seen:]] == ["GET"] * (len(api.requests) - seen)
 
@@ -107,15 +107,15 @@ def test_restricted_pods_get_their_token_and_secrets_are_never_read(world: tuple
     key = "operator-key"
     rec = Reconciler(kube=KubeClient(api, http_get=served, http_post=index, control_key=key),
                      defaults=RuntimeDefaults(control_key=key), clock=lambda: "2026-01-01T00:00:00Z")
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     secret = api.objects[object_path("v1", "Secret", NS, "image-pipeline-control")]
     token = control_token(key, NS, "image-pipeline")
     assert secret["stringData"] == {"token": token}
     _mark_deployment_ready(api)
-    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Ready"
     assert len(sent) == 6 and all(headers == {"x-ensemble-control": token} for _, headers in sent), sent
     settled = rec.kube.stats.writes
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     assert rec.kube.stats.writes == settled, "an unchanged reconcile must write nothing"
     assert not [p for m, p in api.requests if m == "GET" and "/secrets" in p], "the operator read a Secret"
 
@@ -124,42 +124,60 @@ def _model_status(api: FakeApi, name: str) -> dict[str, Any]:
     return api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)].get("status", {})
 
 
+def _model_pass(api: FakeApi, rec: Reconciler, found: FoundVersions) -> int:
+    """What the Model workers do after an Ensemble reconcile recorded its pods' findings: write each Model's
+    status (one writer). Returns the number of Models written."""
+    written = 0
+    for name in ("classifier", "preprocess", "postprocess"):
+        body = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)]
+        written += rec.model_status(body, ["image-pipeline"], found.union(NS, name)) is not None
+    return written
+
+
 def test_versions_found_recorded_once_then_pinned_versions_checked(world: tuple[FakeApi, Reconciler]) -> None:
     api, rec = world
-    rec.ensemble(_ensemble_body(api))
+    found = FoundVersions()
+    outcome = rec.ensemble(_ensemble_body(api), observe(api, _ensemble_body(api)))
+    assert found.record(NS, "image-pipeline", versions_found(outcome.pods, ["classifier"])) == []
+    _model_pass(api, rec, found)
     assert _model_status(api, "classifier").get("versionsFound") is None  # no pod has reported yet
     _mark_deployment_ready(api)
+    outcome = rec.ensemble(_ensemble_body(api), observe(api, _ensemble_body(api)))
+    assert outcome.phase == "Ready"
+    names = ["classifier", "preprocess", "postprocess"]
+    assert found.record(NS, "image-pipeline", versions_found(outcome.pods, names)) == sorted(names)
     patches = rec.kube.stats.status_patches
-    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert _model_pass(api, rec, found) == 3
     assert _model_status(api, "classifier")["versionsFound"] == [1, 2, 3]  # the union over ready pods
     assert _model_status(api, "preprocess")["versionsFound"] == [1]
     assert _model_status(api, "postprocess")["versionsFound"] == [1]
-    assert rec.kube.stats.status_patches == patches + 4  # three Models and the Ensemble
+    assert rec.kube.stats.status_patches == patches + 3
     settled = rec.kube.stats.writes
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
+    assert _model_pass(api, rec, found) == 0
     assert rec.kube.stats.writes == settled, "unchanged versions found must not be written again"
     classifier = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")]
-    rec.model_status(classifier)  # the Model's own status refresh keeps what the pods reported
+    rec.model_status(classifier, ["image-pipeline"])  # after a restart (nothing reported yet): kept as it is
     assert _model_status(api, "classifier")["versionsFound"] == [1, 2, 3]
 
     # a pinned version storage has not listed is reported, but does not block the rollout: the listing may
     # be stale (a new source, a poll not yet run) and the runtime itself refuses a version that is missing
     _ensemble_body(api)["spec"]["steps"][1]["modelVersion"] = 7
-    assert rec.ensemble(_ensemble_body(api)) == "Degraded"  # not Invalid: the spec is applied
+    assert reconcile(rec, api, _ensemble_body(api)) == "Degraded"  # not Invalid: the spec is applied
     degraded = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Degraded"]
     assert degraded["status"] == "True" and degraded["reason"] == "VersionNotFound"
     assert "pins version 7 of Model 'classifier'" in degraded["message"] and "[1, 2, 3]" in degraded["message"]
     _ensemble_body(api)["spec"]["steps"][1]["modelVersion"] = 3
-    assert rec.ensemble(_ensemble_body(api)) == "Ready"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Ready"
     degraded = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Degraded"]
     assert degraded["status"] == "False"
 
 
 def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconciler]) -> None:
     api, rec = world
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     _mark_deployment_ready(api)
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     annotated = rec.kube.stats.pod_annotations
     old_hash = _pod_hashes(api)[0]
     assert old_hash is not None and _pod_hashes(api) == [old_hash, old_hash]
@@ -167,7 +185,8 @@ def test_model_change_rewrites_only_the_config_map(world: tuple[FakeApi, Reconci
     model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
     api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
     applies = rec.kube.stats.applies
-    rec.model(api.objects[model_path])
+    rec.model_status(api.objects[model_path], ["image-pipeline"])  # the Model's worker
+    reconcile(rec, api, _ensemble_body(api))  # the Ensemble's worker, marked by the Model's change
     assert rec.kube.stats.applies == applies + 1
     assert api.objects[model_path]["status"]["policy"] == "specific(1)"
     assert (
@@ -196,10 +215,10 @@ def _pod_hashes(api: FakeApi) -> list[str | None]:
 
 def test_invalid_ensemble_reports_and_keeps_serving(world: tuple[FakeApi, Reconciler]) -> None:
     api, rec = world
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     del api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")]
     applies = rec.kube.stats.applies
-    assert rec.ensemble(_ensemble_body(api)) == "Invalid"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Invalid"
     assert rec.kube.stats.applies == applies
     ready = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Ready"]
     assert ready["reason"] == "InvalidSpec" and "'classifier'" in ready["message"]
@@ -208,18 +227,18 @@ def test_invalid_ensemble_reports_and_keeps_serving(world: tuple[FakeApi, Reconc
 
 def test_removing_autoscaling_deletes_the_hpa(world: tuple[FakeApi, Reconciler]) -> None:
     api, rec = world
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     hpa = object_path("autoscaling/v2", "HorizontalPodAutoscaler", NS, "image-pipeline")
     assert hpa in api.objects
     del _ensemble_body(api)["spec"]["autoscaling"]
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     assert hpa not in api.objects and rec.kube.stats.deletes == 1
 
 
 def test_model_in_use_is_reported(world: tuple[FakeApi, Reconciler]) -> None:
     _, rec = world
-    assert rec.model_users(NS, "classifier") == ["image-pipeline"]
-    assert rec.model_users(NS, "unused") == []
+    assert [e["metadata"]["name"] for e in rec.ensembles_using(NS, "classifier")] == ["image-pipeline"]
+    assert rec.ensembles_using(NS, "unused") == []
 
 
 def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler], ensemble: Ensemble) -> None:
@@ -253,60 +272,27 @@ def test_pods_still_on_an_older_config_are_nudged_again(ensemble: Ensemble, mode
     clock = ["2026-01-01T00:00:00Z"]
     rec = Reconciler(kube=KubeClient(api, http_get=served, http_post=_index), defaults=RuntimeDefaults(),
                      clock=lambda: clock[0])
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     _mark_deployment_ready(api)
-    rec.ensemble(_ensemble_body(api))  # marks both pods with the hash and the time
+    reconcile(rec, api, _ensemble_body(api))  # marks both pods with the hash and the time
     assert _refresh_marks(api) == ["2026-01-01T00:00:00Z"] * 2
     writes = rec.kube.stats.writes
     clock[0] = "2026-01-01T00:00:10Z"
-    rec.ensemble(_ensemble_body(api))  # pod 0 reports another file, but the runtime may not have polled yet
+    reconcile(rec, api, _ensemble_body(api))  # pod 0 reports another file, but the runtime may not have polled yet
     assert rec.kube.stats.writes == writes, "nudged again within the interval"
     clock[0] = "2026-01-01T00:01:00Z"
-    rec.ensemble(_ensemble_body(api))  # still another file a minute later: nudged again
+    reconcile(rec, api, _ensemble_body(api))  # still another file a minute later: nudged again
     assert _refresh_marks(api) == ["2026-01-01T00:01:00Z", "2026-01-01T00:00:00Z"]
     cm = api.objects[object_path("v1", "ConfigMap", NS, "image-pipeline-repository")]
     digests["10.0.0.0"] = hashlib.sha256(cm["data"]["repository.json"].encode()).hexdigest()  # caught up
     clock[0] = "2026-01-01T00:05:00Z"
     writes = rec.kube.stats.writes
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     assert rec.kube.stats.writes == writes
 
 
 def _refresh_marks(api: FakeApi) -> list[str | None]:
     return _pod_annotations(api, CONFIG_REFRESH_ANNOTATION)
-
-
-class SlowReads(FakeApi):
-    """Reads answer a moment after they read, so that two reconciles started together overlap."""
-
-    def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        answer = super().request(method, path, **kwargs)
-        if method == "GET":
-            time.sleep(0.02)
-        return answer
-
-
-def test_concurrent_reconciles_of_one_ensemble_write_once(ensemble: Ensemble, models: dict[str, Model]) -> None:
-    """Two Models' handlers reconciling the same Ensemble at once: one writes the new config, the other
-    (run after it, on a fresh read) finds it written. Unserialised, both read the old world and both write."""
-    api = SlowReads()
-    for m in models.values():
-        api.put(object_path(m.api_version, "Model", NS, m.metadata.name), m.model_dump(mode="json", by_alias=True))
-    api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
-    rec = Reconciler(kube=KubeClient(api, http_get=_served, http_post=_index), defaults=RuntimeDefaults(),
-                     clock=lambda: "2026-01-01T00:00:00Z")
-    rec.ensemble(_ensemble_body(api))
-    model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
-    api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
-    config_path = object_path("v1", "ConfigMap", NS, "image-pipeline-repository")
-    seen = len(api.requests)
-    threads = [threading.Thread(target=rec.ensemble, args=(_ensemble_body(api),)) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    writes = [path for method, path in api.requests[seen:] if method == "PATCH" and path == config_path]
-    assert len(writes) == 1, writes
 
 
 def test_a_version_that_killed_the_runtime_reaches_the_status_and_an_event(ensemble: Ensemble,
@@ -325,9 +311,9 @@ def test_a_version_that_killed_the_runtime_reaches_the_status_and_an_event(ensem
     api.put(object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline"), ensemble.to_wire())
     rec = Reconciler(kube=KubeClient(api, http_get=_served, http_post=index), defaults=RuntimeDefaults(),
                      clock=lambda: "2026-01-01T00:00:00Z")
-    rec.ensemble(_ensemble_body(api))
+    reconcile(rec, api, _ensemble_body(api))
     _mark_deployment_ready(api)
-    assert rec.ensemble(_ensemble_body(api)) == "Degraded"
+    assert reconcile(rec, api, _ensemble_body(api)) == "Degraded"
     degraded = {c["type"]: c for c in _ensemble_body(api)["status"]["conditions"]}["Degraded"]
     assert degraded["reason"] == "VersionLoadFailed"
     assert f"classifier 3: {died}" in degraded["message"], degraded

@@ -9,7 +9,7 @@ from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import RuntimeDefaults
 from ensemble_operator.settle import ModelSettle
-from fake_api import FakeApi
+from fake_api import FakeApi, reconcile
 
 NS = "ml"
 
@@ -58,15 +58,15 @@ def test_a_settling_model_holds_the_config_update_not_its_creation(
     api, rec = world(ensemble, models, settle)
     body = api.objects[object_path(ensemble.api_version, "Ensemble", NS, "image-pipeline")]
     settle.changed(NS, "classifier")  # created together with the Ensemble: the config is written at once
-    rec.ensemble(body)
+    reconcile(rec, api, body)
     first = config_text(api)
 
     model_path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
     api.objects[model_path]["spec"]["versionPolicy"] = {"specific": {"versions": [1]}}
     settle.changed(NS, "classifier")
     clock.now += 0.5
-    rec.ensemble(body)  # e.g. the Ensemble's timer, moments after the change: the old config stays
+    reconcile(rec, api, body)  # e.g. the Ensemble's timer, moments after the change: the old config stays
     assert config_text(api) == first
     clock.now += 0.6
-    rec.ensemble(body)
+    reconcile(rec, api, body)
     assert config_text(api) != first and "specific" in config_text(api)

@@ -155,4 +155,8 @@ def test_handlers_register_on_a_private_registry(models: dict[str, Model]) -> No
     ids = {h.id for h in registry._webhooks.get_all_handlers()}
     assert {"validate-ensemble", "validate-model"} <= ids
     assert len(registry._changing.get_all_handlers()) >= 7
-    assert len(registry._spawning.get_all_handlers()) == 2  # the Ensemble and Model status timers
+    assert len(registry._spawning.get_all_handlers()) == 2  # one worker per Ensemble and per Model
+    assert {h.id for h in registry._indexing.get_all_handlers()} == {
+        "models_by_name", "ensembles_by_model", "owned_deployments", "owned_pods"
+    }
+    assert not [h for h in registry._spawning.get_all_handlers() if type(h).__name__ != "DaemonHandler"]
