@@ -51,8 +51,13 @@ repository_of() {
 }
 # Packages an image needs beyond the project's extras: the example models the runtime images embed decode
 # images with Pillow (their model.py; in the project's dev extra).
+# The GPU runtime takes onnxruntime-gpu's CUDA and cuDNN wheels (its extras) rather than a CUDA base image.
 more_of() {
-    case "$1" in runtime-*) echo "Pillow>=10.0" ;; *) echo "" ;; esac
+    case "$1" in
+        runtime-cpu) echo "Pillow>=10.0" ;;
+        runtime-gpu) echo "Pillow>=10.0 onnxruntime-gpu[cuda,cudnn]" ;;
+        *) echo "" ;;
+    esac
 }
 tag_prefix_of() {
     case "$1" in runtime-gpu) echo "gpu-" ;; *) echo "" ;; esac
@@ -209,6 +214,8 @@ build_wheels() { # name
     if ! "${PYTHON}" -m pip wheel --quiet --wheel-dir "${tmp}" "${requirements[@]}" >&2; then
         rm -rf "${tmp}"
         log "wheels: pip wheel FAILED"
+        [[ "${name}" == runtime-gpu ]] && log "(TensorRT's PyPI packages, tensorrt-cu*-libs, are stubs that download" \
+            "their wheels from pypi.nvidia.com at build time: the host must reach it)"
         return 1
     fi
     rm -f "${tmp}"/ensemble_operator-*.whl # the project's own wheel is built per image
