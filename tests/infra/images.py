@@ -156,6 +156,13 @@ class DockerDaemon:
             self._host = None
 
     @property
+    def containerd_address(self) -> Path:
+        """The socket of the daemon's own containerd (tools/dockerd.sh), for `ctr --address`."""
+        if self._workdir is None or self._host is None:
+            raise RuntimeError("dockerd is not started")
+        return self._workdir / "run" / "containerd.sock"
+
+    @property
     def host(self) -> str:
         if self._host is None:
             raise RuntimeError("dockerd is not started")
