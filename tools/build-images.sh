@@ -292,6 +292,9 @@ prune() { # name: all but the newest KEEP_IMAGES tarballs of the image (worktree
     while read -r f; do
         rm -f "${f}" "${f%.tar}.json"
     done < <(ls -1t "${CACHE}/${name}"-*.tar 2>/dev/null | tail -n +"$((${KEEP_IMAGES:-3} + 1))")
+    while read -r f; do # wheel sets of older pyproject.tomls
+        rm -rf "${f}"
+    done < <(ls -1dt "${CACHE}/wheels-${name}"-*/ 2>/dev/null | tail -n +"$((${KEEP_IMAGES:-3} + 1))")
 }
 
 build() { # name
