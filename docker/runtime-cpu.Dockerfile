@@ -1,16 +1,30 @@
-# CPU-only runtime image (onnxruntime, python backend).
-#   docker build -f docker/runtime-cpu.Dockerfile -t ensemble-runtime:dev-cpu .
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY contract ./contract
-COPY operator ./operator
-COPY runtime ./runtime
-COPY examples ./examples
-RUN pip install ".[runtime]" && rm -rf /src
-RUN useradd --uid 1000 --create-home runtime
+# CPU runtime image: the runtime (onnxruntime, Python backend) and the example model repository.
+# `make images` builds it (tools/build-images.sh): the build context holds `wheels/`, the project's wheel and
+# its dependencies' built on the host (`pip wheel '.[runtime]' 'Pillow>=10.0'`; Pillow for the
+# example models); nothing is fetched during the build.
+# By hand, from the repository root:
+#   pip wheel --wheel-dir build/ctx/wheels '.[runtime]' 'Pillow>=10.0' && cp docker/runtime-cpu.Dockerfile build/ctx/Dockerfile
+#   docker build -t ensemble-runtime:dev build/ctx
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS build
+COPY wheels /wheels
+RUN python3 -m venv /opt/ensemble \
+ && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime]" "Pillow>=10.0" \
+ && /opt/ensemble/bin/python -m ensemble_examples /opt/ensemble/examples
+
+FROM ${BASE_IMAGE}
+# uid/gid 1000 as the chart's and the operator's pods run (runAsUser/runAsGroup 1000). Named "ensemble":
+# Debian's base-passwd already has a group "operator" (gid 37).
+RUN groupadd --gid 1000 ensemble \
+ && useradd --uid 1000 --gid 1000 --no-log-init --create-home --home-dir /home/ensemble --shell /usr/sbin/nologin ensemble
+COPY --from=build /opt/ensemble /opt/ensemble
+ENV PATH=/opt/ensemble/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp
 USER 1000:1000
 WORKDIR /tmp
 EXPOSE 8000 8001 8002
+# PID 1 is the runtime itself: it drains and exits on SIGTERM (ensemble_runtime.server).
 ENTRYPOINT ["ensemble-runtime"]
+# Without arguments it serves the example models (the operator's pods pass their own arguments).
+CMD ["--model-repository", "/opt/ensemble/examples"]
