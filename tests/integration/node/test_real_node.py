@@ -138,3 +138,40 @@ def test_gpu_requesting_pods_schedule_on_the_advertised_capacity(
 
     condition = poll_until(unschedulable, timeout=120, what="gpu-1 to be reported Unschedulable")
     assert GPU_RESOURCE in condition["message"]
+
+
+def test_pods_reach_services_and_the_api_server_through_kube_proxy(
+    node_cluster: tuple[ControlPlane, RealNode],
+) -> None:
+    cp, _ = node_cluster
+    create(cp, deployment("backend", ECHO_IMAGE, 2))
+    create(cp, service("backend"))
+    create(cp, pod("client", ECHO_IMAGE, security={**RESTRICTED_CONTAINER_SECURITY, "runAsUser": 1000}))
+    client_ip = wait_pod_ready(cp, "client")["status"]["podIP"]
+    poll_until(
+        lambda: cp.api("GET", "/apis/apps/v1/namespaces/default/deployments/backend")["status"].get("readyReplicas")
+        == 2,
+        timeout=180,
+        what="2 ready backend replicas",
+    )
+    backends = {
+        p["metadata"]["name"]
+        for p in cp.api("GET", "/api/v1/namespaces/default/pods?labelSelector=app%3Dbackend")["items"]
+    }
+    backend_ip = cp.api("GET", "/api/v1/namespaces/default/services/backend")["spec"]["clusterIP"]
+    answered: set[str] = set()
+
+    def both_answered() -> bool:
+        with contextlib.suppress(OSError):
+            answered.add(http_get(f"http://{client_ip}:8080/get?url=http://{backend_ip}:80/", timeout=10).strip())
+        return answered == backends
+
+    poll_until(both_answered, timeout=120, interval=0.05, what=f"both backends to answer a pod on {backend_ip}")
+    # The `kubernetes` Service leads to the API server's advertised (routable) address.
+    api_ip = cp.api("GET", "/api/v1/namespaces/default/services/kubernetes")["spec"]["clusterIP"]
+    reply = poll_until(
+        lambda: http_get(f"http://{client_ip}:8080/dial?addr={api_ip}:443", timeout=10),
+        timeout=60,
+        what="a pod to reach the API server",
+    )
+    assert reply.strip() == "ok"

@@ -3,6 +3,8 @@
 //	GET  /      the pod's hostname (its name), so a Service's replies show which pod answered
 //	GET  /self  JSON: the process's uid, gid, effective capabilities, no_new_privs, seccomp mode (from
 //	            /proc/self/status) and the error of writing a file at / (a read-only root refuses it)
+//	GET  /get?url=URL  the body of an HTTP GET of URL from inside the pod (502 with the error if it fails)
+//	GET  /dial?addr=HOST:PORT  "ok" when a TCP connection to addr opens from inside the pod (502 if not)
 //	POST /exit  answers, then exits with status 3 (the kubelet restarts the container)
 //
 // Listens on :$PORT (8080); exits 0 on SIGTERM/SIGINT.
@@ -13,6 +15,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,6 +38,26 @@ func main() {
 	mux.HandleFunc("GET /self", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(self())
+	})
+	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
+		// A new connection per request: kube-proxy balances connections, not requests.
+		client := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		response, err := client.Get(r.URL.Query().Get("url"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer response.Body.Close()
+		_, _ = io.Copy(w, response.Body)
+	})
+	mux.HandleFunc("GET /dial", func(w http.ResponseWriter, r *http.Request) {
+		conn, err := net.DialTimeout("tcp", r.URL.Query().Get("addr"), 5*time.Second)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		conn.Close()
+		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("POST /exit", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "exiting")
