@@ -225,6 +225,28 @@ def unmount_all(*trees: Path) -> None:
         raise RuntimeError(f"mounts left under {trees}: {left}")
 
 
+def sandbox_ids(layout: NodeLayout) -> set[str]:
+    """Ids of the pod sandboxes containerd knows (its CRI metadata and its shims' task directories)."""
+    ids: set[str] = set()
+    for directory in (
+        layout.containerd_root / "io.containerd.grpc.v1.cri" / "sandboxes",
+        layout.containerd_state / "io.containerd.runtime.v2.task" / "k8s.io",
+    ):
+        if directory.is_dir():
+            ids.update(entry.name for entry in directory.iterdir())
+    return ids
+
+
+def remove_cni_results(ids: set[str]) -> None:
+    """containerd's CNI library caches each attachment's result in /var/lib/cni/results, named after the
+    network and the sandbox (`<network>-<sandbox id>-<interface>`): ours, and its built-in loopback's."""
+    if not CNI_RESULTS.is_dir():
+        return
+    for result in CNI_RESULTS.iterdir():
+        if result.name.startswith(f"{CNI_NETWORK}-") or any(f"-{i}-" in result.name for i in ids):
+            result.unlink()
+
+
 def remove_fixed_paths(layout: NodeLayout) -> None:
     shutil.rmtree(DEVICE_PLUGINS_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):
@@ -233,9 +255,6 @@ def remove_fixed_paths(layout: NodeLayout) -> None:
         for link in CONTAINER_LOG_LINKS.iterdir():
             if link.is_symlink() and os.readlink(link).startswith(str(layout.pod_logs)):
                 link.unlink()
-    if CNI_RESULTS.is_dir():
-        for result in CNI_RESULTS.glob(f"{CNI_NETWORK}-*"):
-            result.unlink()
 
 
 def sweep_host(layout: NodeLayout) -> list[str]:
@@ -257,6 +276,7 @@ def sweep_host(layout: NodeLayout) -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    remove_cni_results(sandbox_ids(layout))
     for tree in (layout.root, layout.state):
         if tree.exists():
             shutil.rmtree(tree, ignore_errors=True)

@@ -33,8 +33,13 @@ def can_run(tool_locator: ToolLocator) -> None:
     require(*CONTROL_PLANE_BINARIES, *NODE_BINARIES, locator=tool_locator)
 
 
-def leftovers(layout: NodeLayout) -> list[str]:
-    found = []
+def cni_results() -> set[str]:
+    directory = node_host.CNI_RESULTS
+    return {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+
+
+def leftovers(layout: NodeLayout, cni_results_before: set[str]) -> list[str]:
+    found = [f"CNI result: {name}" for name in sorted(cni_results() - cni_results_before)]
     for binary in ("iptables", "ip6tables"):
         chains = node_host.node_chains(binary)
         if chains:
@@ -56,6 +61,7 @@ def test_stop_leaves_no_chains_processes_mounts_or_paths(
     request: pytest.FixtureRequest, tool_locator: ToolLocator, echo_image: ImageArchive
 ) -> None:
     layout = NodeLayout()
+    before = cni_results()
     with ControlPlane(nodes=(), routable_address=node_host.primary_ipv4(), locator=tool_locator) as cp:
         node = RealNode(cp, images=[echo_image], locator=tool_locator)
         with node:
@@ -64,12 +70,13 @@ def test_stop_leaves_no_chains_processes_mounts_or_paths(
             assert node_host.node_chains("iptables"), "kube-proxy and the kubelet made no KUBE-* chains"
             assert node.running_tasks()
         record_timing(request.config, "node stop with a running pod", node.timings["stop"])
-    assert leftovers(layout) == []
+    assert leftovers(layout, before) == []
 
 
 @pytest.mark.usefixtures("can_run")
 def test_a_crashed_run_is_swept_by_the_next(tool_locator: ToolLocator, echo_image: ImageArchive) -> None:
     layout = NodeLayout()
+    before = cni_results()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, "-m", "tests.integration.node.crashing_node", str(echo_image.path), echo_image.tag]
     output: list[str] = []
@@ -93,4 +100,4 @@ def test_a_crashed_run_is_swept_by_the_next(tool_locator: ToolLocator, echo_imag
         assert any(item.startswith("processes") for item in node.stale_found)
         assert any("chains" in item for item in node.stale_found)
         assert node.ready()
-    assert leftovers(layout) == []
+    assert leftovers(layout, before) == []
