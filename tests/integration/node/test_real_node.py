@@ -13,6 +13,7 @@ import pytest
 from tests.infra.controlplane import ControlPlane
 from tests.infra.node import GPU_RESOURCE, RealNode
 from tests.infra.node_config import PAUSE_IMAGE
+from tests.infra.node_host import HostBusy, host_lock
 from tests.infra.process import poll_until
 
 from .conftest import ECHO_IMAGE, record_timing
@@ -64,6 +65,13 @@ def test_security_context_is_enforced_by_the_kernel(node_cluster: tuple[ControlP
     assert seen["no_new_privs"] == "1"
     assert seen["seccomp"] == "2"  # filter mode: RuntimeDefault
     assert "read-only file system" in seen["write_root_error"]
+    # The API server reaches the kubelet (InternalIP, its client certificate, the kubelet's webhook authz).
+    assert "echo: listening on :8080 as uid 1234" in cp.kubectl("logs", "echo-restricted").stdout
+
+
+def test_one_real_node_per_machine(node_cluster: tuple[ControlPlane, RealNode]) -> None:
+    with pytest.raises(HostBusy), host_lock(timeout=1.0):
+        pass
 
 
 def test_root_container_refused_when_run_as_non_root(node_cluster: tuple[ControlPlane, RealNode]) -> None:

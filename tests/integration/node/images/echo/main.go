@@ -75,6 +75,7 @@ func main() {
 		defer cancel()
 		_ = server.Shutdown(ctx)
 	}()
+	fmt.Fprintf(os.Stderr, "echo: listening on :%s as uid %d\n", port, os.Getuid())
 	if err := server.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
