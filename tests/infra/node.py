@@ -205,7 +205,10 @@ class RealNode:
         )
 
     def stop(self) -> None:
-        """Evict the pods, stop the daemons, clean kube-proxy's rules and sweep the host. Idempotent."""
+        """Evict the pods, stop the daemons, clean kube-proxy's rules and sweep the host. Idempotent; a
+        node that does not hold the host lock has nothing to stop (and must not sweep another's state)."""
+        if self._lock is None:
+            return
         began = time.monotonic()
         try:
             if self.processes.get("kubelet") is not None and self.processes["kubelet"].running:
