@@ -44,7 +44,9 @@ def image_config(layer_digest: str, entrypoint: list[str], user: str, env: list[
         "created": "1970-01-01T00:00:00Z",
         "config": {"User": user, "Entrypoint": entrypoint, "Env": env, "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": f"COPY {entrypoint[0]} (tools/image-archive.py)"}],
+        "history": [
+            {"created": "1970-01-01T00:00:00Z", "created_by": f"COPY {entrypoint[0]} (tools/image-archive.py)"}
+        ],
     }
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 

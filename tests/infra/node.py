@@ -194,9 +194,7 @@ class RealNode:
         """Extended-resource capacity patched into the node's status; the kubelet keeps it and derives
         allocatable from it."""
         patch = {"status": {"capacity": {GPU_RESOURCE: str(self._gpus)}}}
-        self._cp.kubectl(
-            "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
-        )
+        self._cp.kubectl("patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
         poll_until(
             lambda: self.node().get("status", {}).get("allocatable", {}).get(GPU_RESOURCE) == str(self._gpus),
             timeout=self._startup_timeout,

@@ -72,7 +72,6 @@ class NodeLayout:
         return self.root / "pki"
 
 
-
 @dataclass(frozen=True)
 class NodePorts:
     kubelet: int

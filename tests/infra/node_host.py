@@ -62,9 +62,7 @@ def host_lock(timeout: float, path: Path = LOCK_PATH) -> Iterator[None]:
 
 def primary_ipv4() -> str:
     """The source address of the default route: what pods can reach the host (and the API server) at."""
-    out = subprocess.run(
-        ["ip", "-4", "route", "get", "192.0.2.123"], capture_output=True, text=True, check=True
-    ).stdout
+    out = subprocess.run(["ip", "-4", "route", "get", "192.0.2.123"], capture_output=True, text=True, check=True).stdout
     match = re.search(r"\bsrc (\d+\.\d+\.\d+\.\d+)", out)
     if match is None:
         raise RuntimeError(f"no IPv4 source address in `ip route get`: {out!r}")

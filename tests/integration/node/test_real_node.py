@@ -157,8 +157,9 @@ def test_pods_reach_services_and_the_api_server_through_kube_proxy(
     create(cp, pod("client", ECHO_IMAGE, security={**RESTRICTED_CONTAINER_SECURITY, "runAsUser": 1000}))
     client_ip = wait_pod_ready(cp, "client")["status"]["podIP"]
     poll_until(
-        lambda: cp.api("GET", "/apis/apps/v1/namespaces/default/deployments/backend")["status"].get("readyReplicas")
-        == 2,
+        lambda: (
+            cp.api("GET", "/apis/apps/v1/namespaces/default/deployments/backend")["status"].get("readyReplicas") == 2
+        ),
         timeout=180,
         what="2 ready backend replicas",
     )
