@@ -127,7 +127,9 @@ def test_exited_container_is_restarted_by_the_kubelet(node_cluster: tuple[Contro
 
     status = poll_until(restarted, timeout=180, what="the kubelet to restart the container")
     assert status["lastState"]["terminated"]["exitCode"] == 3
-    assert http_get(f"http://{pod_ip}:8080/").strip() == "echo-exits"
+    # Same pod (and address), new process: it answers again once it listens.
+    reply = poll_until(lambda: http_get(f"http://{pod_ip}:8080/"), timeout=60, what="the restarted container")
+    assert reply.strip() == "echo-exits"
 
 
 def test_gpu_requesting_pods_schedule_on_the_advertised_capacity(
