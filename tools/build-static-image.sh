@@ -17,7 +17,7 @@ source_hash() { # src
         cd "${src}"
         find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 | LC_ALL=C sort -z \
             | xargs -0 sha256sum
-        sha256sum <"${TOOLS_DIR}/image-archive.py" "${TOOLS_DIR}/build-static-image.sh" | sed 's/ .*//'
+        cat "${TOOLS_DIR}/image-archive.py" "${TOOLS_DIR}/build-static-image.sh" | sha256sum
     ) | sha256sum | cut -c1-16
 }
 
