@@ -24,10 +24,12 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet fuzz
 
-# Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real Triton
-# server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run through
-# Debian trixie's loader). Cold: about 25 minutes on 2 cores; warm: seconds.
+# Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real node's
+# kubelet, kube-proxy, containerd and pause image (plus Debian's runc, CNI plugins, iptables), the real
+# Triton server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run
+# through Debian trixie's loader). Cold: about 35 minutes on 2 cores; warm: seconds.
 tools: setup
+	bash tools/setup-node-packages.sh
 	bash tools/build-tools.sh all
 	bash tools/setup-triton.sh
 	PYTHON=$(BIN)/python bash tools/setup-perf-analyzer.sh

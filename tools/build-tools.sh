@@ -4,7 +4,7 @@
 #
 #   ${ENSEMBLE_TOOLS_CACHE:-$HOME/.cache/ensemble-operator/tools}/<name>-<version>/<binaries>
 #
-# Usage: tools/build-tools.sh [all|k8s|etcd|kwok|helm|minio]...   (default: all)
+# Usage: tools/build-tools.sh [all|k8s|k8s-node|containerd|pause|etcd|kwok|helm|minio]...   (default: all)
 #        tools/build-tools.sh --print-dir NAME                      (cache dir of NAME; builds nothing)
 #
 # Idempotent: a tool whose cache directory exists is skipped. Concurrent runs are safe: each tool is built
@@ -18,6 +18,9 @@ HELM_VERSION="v4.3.1"
 # MinIO no longer publishes semver tags usable by the Go toolchain; this pseudo-version is the newest
 # commit of github.com/minio/minio on the module proxy (2026-02-12).
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"
+# The container runtime of the real node (tests/infra/node.py). v2 is the line kubelet 1.36 is tested with
+# (Debian's 1.6 works but makes the kubelet fall back on deprecated CRI calls); runc comes from Debian.
+CONTAINERD_VERSION="v2.2.9"
 
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${ENSEMBLE_TOOLS_CACHE:-${HOME}/.cache/ensemble-operator/tools}"
@@ -37,19 +40,21 @@ etcd_version() { required_version "${TOOLS_DIR}/etcd/go.mod" go.etcd.io/etcd/ser
 
 version_of() {
     case "$1" in
-        k8s) k8s_version ;;
+        k8s | k8s-node) k8s_version ;;
         etcd) etcd_version ;;
         kwok) echo "${KWOK_VERSION}" ;;
         helm) echo "${HELM_VERSION}" ;;
         minio) echo "${MINIO_VERSION}" ;;
+        containerd) echo "${CONTAINERD_VERSION}" ;;
+        pause) bash "${TOOLS_DIR}/build-static-image.sh" hash "${TOOLS_DIR}/pause" ;;
         *) log "unknown tool: $1"; exit 2 ;;
     esac
 }
 
 dir_of() { echo "${CACHE}/$1-$(version_of "$1")"; }
 
-build_k8s() { # out
-    local out="$1" v; v="$(k8s_version)"
+k8s_ldflags() { # the version stamps `kubectl version` and the components report
+    local v; v="$(k8s_version)"
     local minor="${v#v1.}"; minor="${minor%%.*}"
     local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     local ldflags="-s -w" pkg
@@ -57,11 +62,25 @@ build_k8s() { # out
         ldflags+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
         ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${date}"
     done
-    (cd "${TOOLS_DIR}/k8s" && go build -trimpath -ldflags "${ldflags}" -o "${out}/" \
+    echo "${ldflags}"
+}
+
+build_k8s() { # out
+    local out="$1"
+    (cd "${TOOLS_DIR}/k8s" && go build -trimpath -ldflags "$(k8s_ldflags)" -o "${out}/" \
         k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler \
         k8s.io/kubernetes/cmd/kubectl)
+}
+
+# The node components (tests/infra/node.py): same wrapper module, version and flags as the control plane,
+# but a tool of their own so that adding them did not change the cache directory of `k8s`.
+build_k8s-node() { # out
+    local out="$1"
+    (cd "${TOOLS_DIR}/k8s" && go build -trimpath -ldflags "$(k8s_ldflags)" -o "${out}/" \
+        k8s.io/kubernetes/cmd/kubelet \
+        k8s.io/kubernetes/cmd/kube-proxy)
 }
 
 build_etcd() { # out
@@ -92,6 +111,22 @@ build_helm() { # out
 build_minio() { # out
     local out="$1"
     GOBIN="${out}" go install -trimpath -ldflags "-s -w" "github.com/minio/minio@${MINIO_VERSION}"
+}
+
+build_containerd() { # out
+    local out="$1" cmd
+    for cmd in containerd containerd-shim-runc-v2 ctr; do
+        GOBIN="${out}" go install -trimpath \
+            -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}" \
+            "github.com/containerd/containerd/v2/cmd/${cmd}@${CONTAINERD_VERSION}"
+    done
+}
+
+# The pod sandbox image (registry.k8s.io/pause cannot be pulled here): tools/pause in a FROM-scratch image,
+# keyed by a hash of its source. The node pins and imports <dir>/image.tar.
+PAUSE_IMAGE="registry.k8s.io/pause:3.10"
+build_pause() { # out
+    bash "${TOOLS_DIR}/build-static-image.sh" build "${TOOLS_DIR}/pause" pause "${PAUSE_IMAGE}" 65535 "$1"
 }
 
 build_one() { # name
@@ -133,7 +168,7 @@ main() {
     local t
     for t in "${targets[@]}"; do
         if [[ "${t}" == "all" ]]; then
-            for n in etcd kwok helm minio k8s; do build_one "${n}"; done
+            for n in etcd kwok helm minio containerd pause k8s k8s-node; do build_one "${n}"; done
         else
             version_of "${t}" >/dev/null
             build_one "${t}"

@@ -11,6 +11,11 @@ a kind it has not discovered yet is tracked as a "virtual" owner whose REST mapp
 exponential backoff, so children of such an owner deleted in that window are collected only at the next
 retry, 40 s to minutes later. On a real cluster CRDs exist long before their objects; here they do too.
 
+For a real node (tests/infra/node.py) pass `routable_address` (an address of this host that pods can route
+to): the API server then listens on every address and advertises that one (so the `kubernetes` Service
+leads pods to it), reaches kubelets at their InternalIP, and presents a client certificate to them (logs,
+exec). Without it everything stays on 127.0.0.1.
+
 Everything lives in one temporary directory (certificates, kubeconfigs, etcd data, one log file per
 component); it is removed on exit unless `keep_workdir=True` (or the `workdir` was given by the caller).
 """
@@ -109,6 +114,7 @@ class ControlPlane:
         locator: ToolLocator | None = None,
         extra_apiserver_args: Sequence[str] = (),
         crds: Sequence[Path] = (),
+        routable_address: str | None = None,
     ) -> None:
         self._nodes = tuple(nodes)
         self._given_workdir = workdir
@@ -117,6 +123,7 @@ class ControlPlane:
         self._locator = locator or ToolLocator.from_env()
         self._extra_apiserver_args = tuple(extra_apiserver_args)
         self._crds = tuple(crds)
+        self._routable_address = routable_address
         self._processes: list[ManagedProcess] = []
         self._workdir: Path | None = None
         self._pki: ClusterPKIFiles | None = None
@@ -165,6 +172,7 @@ class ControlPlane:
             "kube-apiserver",
             [
                 *components.apiserver_argv(binaries["kube-apiserver"], pki, ports, workdir / "apiserver-certs"),
+                *self._node_access_args(pki),
                 *self._extra_apiserver_args,
             ],
             logs,
@@ -214,6 +222,17 @@ class ControlPlane:
             alive=self._processes,
             detail=lambda: kcm.log_tail(),
         )
+
+    def _node_access_args(self, pki: ClusterPKIFiles) -> list[str]:
+        if self._routable_address is None:
+            return []
+        return [
+            f"--advertise-address={self._routable_address}",
+            "--bind-address=0.0.0.0",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki.admin.cert}",
+            f"--kubelet-client-key={pki.admin.key}",
+        ]
 
     def stop(self) -> None:
         """Stop every component (last started first) and remove the work directory unless kept."""
@@ -311,6 +330,13 @@ class ControlPlane:
         if self._pki is None:
             raise RuntimeError("control plane is not started")
         return self._pki.ca.cert
+
+    @property
+    def pki(self) -> ClusterPKIFiles:
+        """The cluster's certificate files (the CA's key signs a real node's certificates)."""
+        if self._pki is None:
+            raise RuntimeError("control plane is not started")
+        return self._pki
 
     @property
     def api_client(self) -> KubeApi:

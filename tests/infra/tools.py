@@ -19,7 +19,7 @@ REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT: Final = REPO_ROOT / "tools" / "build-tools.sh"
 BUILD_ON_DEMAND_ENV: Final = "ENSEMBLE_BUILD_TOOLS"
 
-Tool = Literal["k8s", "etcd", "kwok", "helm", "minio"]
+Tool = Literal["k8s", "etcd", "kwok", "helm", "minio", "k8s-node", "containerd", "pause"]
 
 # Which tool (build target) provides which binary.
 BINARIES: Final[dict[str, Tool]] = {
@@ -31,6 +31,12 @@ BINARIES: Final[dict[str, Tool]] = {
     "kwok": "kwok",
     "helm": "helm",
     "minio": "minio",
+    # The real node (tests/infra/node.py); the pause image is `pause/image.tar`.
+    "kubelet": "k8s-node",
+    "kube-proxy": "k8s-node",
+    "containerd": "containerd",
+    "containerd-shim-runc-v2": "containerd",
+    "ctr": "containerd",
 }
 
 

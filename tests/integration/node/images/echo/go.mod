@@ -1,0 +1,3 @@
+module github.com/ensemble-operator/tests/echo
+
+go 1.26.0
