@@ -82,19 +82,35 @@ def _checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
 
 
 class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps each method's handler once, not per call: the wrapped handler is kept per method for as long as
+    the server hands out the same handler object for it (a handler built per call, as a restriction's refusal
+    is, is wrapped each time)."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        if handler is None:
+        if handler is None:  # no such method: nothing kept, so a client's method names cannot grow the cache
             return handler
-        safe = _safe(handler.request_deserializer, details.method)
-        if handler.unary_unary is not None:
-            return handler._replace(request_deserializer=safe, unary_unary=_unary(handler.unary_unary))
-        if handler.unary_stream is not None:
-            return handler._replace(request_deserializer=safe, unary_stream=_streaming(handler.unary_stream, False))
-        if handler.stream_unary is not None:
-            return handler._replace(request_deserializer=safe, stream_unary=_streaming(handler.stream_unary, True))
-        return handler._replace(request_deserializer=safe, stream_stream=_streaming(handler.stream_stream, True))
+        kept = self._wrapped.get(details.method)
+        if kept is not None and kept[0] is handler:
+            return kept[1]
+        wrapped = _wrap(handler, details.method)
+        self._wrapped[details.method] = (handler, wrapped)
+        return wrapped
+
+
+def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    safe = _safe(handler.request_deserializer, method)
+    if handler.unary_unary is not None:
+        return handler._replace(request_deserializer=safe, unary_unary=_unary(handler.unary_unary))
+    if handler.unary_stream is not None:
+        return handler._replace(request_deserializer=safe, unary_stream=_streaming(handler.unary_stream, False))
+    if handler.stream_unary is not None:
+        return handler._replace(request_deserializer=safe, stream_unary=_streaming(handler.stream_unary, True))
+    return handler._replace(request_deserializer=safe, stream_stream=_streaming(handler.stream_stream, True))
