@@ -32,6 +32,8 @@ _WIRE_TO_NUMPY: dict[str, np.dtype[Any]] = {
 _NUMPY_TO_WIRE: dict[np.dtype[Any], str] = {v: k for k, v in _WIRE_TO_NUMPY.items() if k != "BYTES"}
 
 WIRE_TYPES: frozenset[str] = frozenset(_WIRE_TO_NUMPY) | {"BF16"}
+# wire name -> bytes per element (0: BYTES, variable); BF16 has no numpy dtype but a size
+_ELEMENT_SIZE: dict[str, int] = {k: (0 if k == "BYTES" else v.itemsize) for k, v in _WIRE_TO_NUMPY.items()} | {"BF16": 2}
 
 
 def config_to_wire(config_type_name: str) -> str:
@@ -62,27 +64,33 @@ def numpy_to_wire(dtype: np.dtype[Any]) -> str:
 
 def element_size(wire: str) -> int:
     """Bytes per element of a fixed-size type; 0 for BYTES."""
-    if wire == "BYTES":
-        return 0
-    if wire == "BF16":
-        return 2
-    return wire_to_numpy(wire).itemsize
+    size = _ELEMENT_SIZE.get(wire)
+    if size is None:
+        raise invalid(f"unsupported datatype '{wire}'")
+    return size
 
 
 def element_count(name: str, shape: tuple[int, ...], wire: str) -> int:
     """Elements in a tensor of `shape`, or a clear error for a shape no array can have (negative or too many
-    dimensions, a product past what numpy can index). Computes a number: allocates nothing."""
-    shown = bounded(str(list(shape)), NAME_LIMIT)
+    dimensions, a product past what numpy can index). Computes a number: allocates nothing (not even the
+    message of an error it does not raise: this runs for every tensor of every request)."""
     if len(shape) > MAX_DIMS:
         raise invalid(f"input {quote_name(name)} has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
-    if any(d < 0 for d in shape):
-        raise invalid(f"input {quote_name(name)} has a negative dimension in shape {shown}")
+    if not shape:
+        return 1
+    if min(shape) < 0:
+        raise invalid(f"input {quote_name(name)} has a negative dimension in shape {_shown(shape)}")
+    unit = max(element_size(wire), 8 if wire == "BYTES" else 1)
     nonzero = 1
     for dim in shape:
-        nonzero *= max(dim, 1)
-        if nonzero * max(element_size(wire), 8 if wire == "BYTES" else 1) > _MAX_ELEMENTS_BYTES:
-            raise invalid(f"input {quote_name(name)}: shape {shown} is larger than any tensor can be")
+        nonzero *= dim or 1
+        if nonzero * unit > _MAX_ELEMENTS_BYTES:
+            raise invalid(f"input {quote_name(name)}: shape {_shown(shape)} is larger than any tensor can be")
     return 0 if 0 in shape else nonzero
+
+
+def _shown(shape: tuple[int, ...]) -> str:
+    return bounded(str(list(shape)), NAME_LIMIT)
 
 
 def serialize_bytes(array: npt.NDArray[Any]) -> bytes:

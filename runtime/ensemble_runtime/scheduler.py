@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import ModelInstance
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
-from ensemble_runtime.inference import BackendRequest, Tensor, batch_size_of
+from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 
@@ -119,10 +119,7 @@ class Scheduler:
             self._waiting -= 1
         instance = self._idle.pop()
         try:
-            batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
-            item = _Pending(request, batch, enqueued, asyncio.get_running_loop().create_future(), times=times)
-            await self._run(instance, [item])
-            return item.future.result()
+            return await self._run_one(instance, request, enqueued, times)
         finally:
             self._idle.append(instance)
             self._slots.release()
@@ -192,17 +189,8 @@ class Scheduler:
             return
         requests = [item.request for item in live]
         input_end = time.perf_counter_ns()
-        try:
-            results = await instance.execute(requests)
-        except Exception as exc:  # a backend bug must fail these requests, not the worker
-            results = [exc] * len(live)
-        except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
-            if must_propagate(exc):
-                raise
-            results = [internal(f"model '{self.model}': execution raised {exc!r}")] * len(live)
+        results = await self._execute(instance, requests)
         output_start = time.perf_counter_ns()
-        if len(results) != len(live):
-            results = [internal(f"model '{self.model}' returned {len(results)} responses for {len(live)} requests")] * len(live)
         succeeded: list[_Pending] = []
         for item, result in zip(live, results, strict=True):
             if item.future.done():
@@ -218,6 +206,42 @@ class Scheduler:
             self._record(live, succeeded, start, ComputeTimes(
                 input_end - start, output_start - input_end, time.perf_counter_ns() - output_start
             ))
+
+    async def _run_one(
+        self, instance: ModelInstance, request: BackendRequest, enqueued_ns: int, times: ComputeTimes | None
+    ) -> dict[str, Tensor]:
+        """`_run` for a request its caller took an instance for (no batching): the same phases and statistics,
+        without the queue's bookkeeping (no deadline, no future to hand the result over)."""
+        batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
+        start = time.perf_counter_ns()
+        input_end = time.perf_counter_ns()
+        result = (await self._execute(instance, [request]))[0]
+        output_start = time.perf_counter_ns()
+        if isinstance(result, BaseException) and not isinstance(result, ResponseError):
+            raise result  # no success: no statistics here (the caller counts the failure)
+        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
+        self.stats.record_request(batch, start - enqueued_ns, compute)
+        if times is not None:
+            times.add(compute)
+        self.stats.record_execution(batch, compute, time.time_ns() // 1_000_000)
+        if isinstance(result, BaseException):  # answered by the model with an error: it ran
+            raise result
+        return result
+
+    async def _execute(self, instance: ModelInstance, requests: list[BackendRequest]) -> list[BackendResult]:
+        """One result per request: the instance's, or the error that stands for it when the backend fails."""
+        try:
+            results = await instance.execute(requests)
+        except Exception as exc:  # a backend bug must fail these requests, not the worker
+            return [exc] * len(requests)
+        except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
+            if must_propagate(exc):
+                raise
+            return [internal(f"model '{self.model}': execution raised {exc!r}")] * len(requests)
+        if len(results) != len(requests):
+            return [internal(f"model '{self.model}' returned {len(results)} responses for {len(requests)} requests")] \
+                * len(requests)
+        return results
 
     def _record(self, live: list[_Pending], succeeded: list[_Pending], start: int, compute: ComputeTimes) -> None:
         for item in succeeded:

@@ -49,6 +49,8 @@ class ModelSignature:
 
 
 def _shape_matches(expected: Sequence[int], actual: Sequence[int]) -> bool:
+    if expected == actual:  # the common case, and tuples compare in C
+        return True
     return len(expected) == len(actual) and all(e == -1 or e == a for e, a in zip(expected, actual, strict=True))
 
 
@@ -76,7 +78,7 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
             raise invalid(
                 f"inference input {quote_name(name)} data-type is '{wire}', but model '{sig.name}' expects '{spec.wire_type}'"
             )
-        shape = tuple(int(d) for d in array.shape)
+        shape = tuple(array.shape)  # numpy shapes hold Python ints already: no per-dimension int()
         if sig.max_batch_size > 0:
             if not shape:
                 raise invalid(f"input {quote_name(name)} for model '{sig.name}' has no batch dimension")
@@ -90,7 +92,8 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
                     f"inputs of model '{sig.name}' disagree on the batch size: {quote_name(name)} has {shape[0]}, expected {batch}"
                 )
             batch = shape[0]
-        if not _shape_matches(sig.full_dims(spec), shape):
+        # full_dims is [-1, *dims] with batching: the batch dimension, checked above, matches whatever it is
+        if not _shape_matches(spec.dims, shape[1:] if sig.max_batch_size > 0 else shape):
             raise invalid(
                 f"unexpected shape for input {quote_name(name)} for model '{sig.name}'. "
                 f"Expected {sig.full_dims(spec)}, got {list(shape)}"

@@ -1,9 +1,9 @@
 """Requests whose bytes are not the protobuf message the method takes: INVALID_ARGUMENT, not UNKNOWN.
 
 grpcio decodes a request before any handler runs; a decode failure there ends the call with UNKNOWN
-"Unexpected <class 'DecodeError'>" and logs a traceback per request. This interceptor swaps each method's
-deserializer for one that hands a `Malformed` marker to the handler instead, and the wrapped handler answers
-it with a clear INVALID_ARGUMENT (a stream ends with that status at the first frame that does not decode).
+"Unexpected <class 'DecodeError'>" and logs a traceback per request. `add_guarded` registers each method with
+a deserializer that hands a `Malformed` marker to the handler instead, and the wrapped handler answers it with
+a clear INVALID_ARGUMENT (a stream ends with that status at the first frame that does not decode).
 """
 
 from __future__ import annotations
@@ -81,20 +81,40 @@ def _checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
     return run()
 
 
-class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        safe = _safe(handler.request_deserializer, details.method)
-        if handler.unary_unary is not None:
-            return handler._replace(request_deserializer=safe, unary_unary=_unary(handler.unary_unary))
-        if handler.unary_stream is not None:
-            return handler._replace(request_deserializer=safe, unary_stream=_streaming(handler.unary_stream, False))
-        if handler.stream_unary is not None:
-            return handler._replace(request_deserializer=safe, stream_unary=_streaming(handler.stream_unary, True))
-        return handler._replace(request_deserializer=safe, stream_stream=_streaming(handler.stream_stream, True))
+class _Capture:
+    """Stands in for the server while generated `add_*Servicer_to_server` code registers a servicer: keeps the
+    method handlers it would register, per service."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        return None  # the same handlers come to add_registered_method_handlers, by name
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.services[service] = dict(handlers)
+
+
+def add_guarded(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], None], servicer: Any) -> None:
+    """Register `servicer` as the generated `add_to_server` does, each method's handler guarded once, here.
+
+    Not an interceptor: grpc.aio runs a server interceptor's coroutine chain, and the wrapping, for every call."""
+    capture = _Capture()
+    add_to_server(servicer, capture)
+    if not capture.services:
+        raise RuntimeError(f"{add_to_server.__name__} registered no method handlers by name")
+    for service, handlers in capture.services.items():
+        guarded = {name: _wrap(handler, f"/{service}/{name}") for name, handler in handlers.items()}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
+        server.add_registered_method_handlers(service, guarded)
+
+
+def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    safe = _safe(handler.request_deserializer, method)
+    if handler.unary_unary is not None:
+        return handler._replace(request_deserializer=safe, unary_unary=_unary(handler.unary_unary))
+    if handler.unary_stream is not None:
+        return handler._replace(request_deserializer=safe, unary_stream=_streaming(handler.unary_stream, False))
+    if handler.stream_unary is not None:
+        return handler._replace(request_deserializer=safe, stream_unary=_streaming(handler.stream_unary, True))
+    return handler._replace(request_deserializer=safe, stream_stream=_streaming(handler.stream_stream, True))

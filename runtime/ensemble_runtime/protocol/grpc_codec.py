@@ -50,6 +50,11 @@ def _param(value: pb.InferParameter) -> ParamValue:
     return getattr(value, kind) if kind else ""
 
 
+def _params(parameters: Any) -> dict[str, ParamValue]:
+    """A protobuf parameter map as a dict; an empty one without walking it (the common case)."""
+    return {k: _param(v) for k, v in parameters.items()} if parameters else {}
+
+
 def _set_param(target: pb.InferParameter, value: ParamValue) -> None:
     if isinstance(value, bool):
         target.bool_param = value
@@ -63,7 +68,7 @@ def _set_param(target: pb.InferParameter, value: ParamValue) -> None:
 
 def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[tuple[int, ...], int]:
     """The declared shape and its element count, checked without allocating anything."""
-    shape = tuple(int(d) for d in tensor.shape)
+    shape = tuple(tensor.shape)  # protobuf int64 fields are Python ints already
     return shape, element_count(tensor.name, shape, tensor.datatype)
 
 
@@ -101,6 +106,8 @@ def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
 
 def _shm_ref(kind: str, name: str, parameters: Any, shm: SharedMemoryRegistry | None) -> ShmRef | None:
     """The shared memory a tensor's `shared_memory_*` parameters name (None: none); refused without a registry."""
+    if not parameters:  # most tensors carry no parameters: skip the map walk
+        return None
     params = {key: _param(value) for key, value in parameters.items() if key.startswith("shared_memory_")}
     if not params:
         return None
@@ -158,7 +165,7 @@ def decode_request(
         if out_ref is not None and shm is not None:
             check_output(shm, out_ref)
         outputs.append(output.name)
-        output_params[output.name] = {k: _param(v) for k, v in output.parameters.items()}
+        output_params[output.name] = _params(output.parameters)
     return (
         InferRequest(
             model_name=request.model_name,
@@ -166,7 +173,7 @@ def decode_request(
             inputs=inputs,
             requested_outputs=outputs,
             id=request.id,
-            parameters={k: _param(v) for k, v in request.parameters.items()},
+            parameters=_params(request.parameters),
             output_parameters=output_params,
         ),
         declared,
@@ -181,10 +188,11 @@ def encode_response(
     for key, value in response.parameters.items():
         _set_param(out.parameters[key], value)
     raw = out.raw_output_contents
+    refs = shm_outputs or {}
     for name, array in response.outputs.items():
         wire = numpy_to_wire(array.dtype)
         out.outputs.add(name=name, datatype=wire, shape=array.shape)
-        ref = (shm_outputs or {}).get(name)
+        ref = refs.get(name)
         if ref is not None and shm is not None:
             write_output(shm, ref, name, array)
             raw.append(b"")

@@ -18,7 +18,7 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
-from ensemble_runtime.protocol.decode_guard import DecodeGuard
+from ensemble_runtime.protocol.decode_guard import add_guarded
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.grpc_stream import StreamSession
 from ensemble_runtime.protocol.offload import sized
@@ -210,8 +210,7 @@ def build_grpc_server(
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
     server = grpc.aio.server(
-        interceptors=[DecodeGuard()]
-        + ([RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else []),
+        interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -219,7 +218,7 @@ def build_grpc_server(
         ]
     )
     servicer = InferenceServicer(dataplane, repository, stream_limit)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    add_guarded(server, service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server, servicer)
     health.follow(dataplane.ready)
-    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    add_guarded(server, health_pb2_grpc.add_HealthServicer_to_server, health.servicer)
     return server

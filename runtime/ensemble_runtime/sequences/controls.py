@@ -52,6 +52,8 @@ def take_sequence_parameters(parameters: MutableMapping[str, ParamValue]) -> Seq
     """Remove `sequence_id`, `sequence_start`, `sequence_end` from request parameters (Triton consumes them;
     the model sees them as the request's correlation ID and flags) and check their types. None when the request
     is in no sequence (no ID, 0 or "")."""
+    if not parameters:  # most requests carry no parameters at all
+        return None
     raw_id = parameters.pop("sequence_id", 0)
     start = parameters.pop("sequence_start", False)
     end = parameters.pop("sequence_end", False)

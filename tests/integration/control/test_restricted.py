@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -109,6 +110,22 @@ def test_grpc_restricted_rpcs_need_the_metadata(server: RuntimeProcess) -> None:
         assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("good")
         assert client.get_server_metadata().name and client.get_model_metadata("good").name == "good"
         assert client.infer("good", x_input()).as_numpy("Y").tolist() == [1.5, -2.0]
+    assert_serves(server.grpc_url)
+
+
+def test_grpc_bytes_that_do_not_decode_meet_the_restriction_first(server: RuntimeProcess) -> None:
+    """A restricted RPC is refused before its body is decoded, garbage or not; with the header, the body is
+    decoded and garbage is INVALID_ARGUMENT (the decode guard is behind the restriction, on every method)."""
+    garbage = b"\xff\xff\xff"
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        index = channel.unary_unary("/inference.GRPCInferenceService/RepositoryIndex")
+        with pytest.raises(grpc.RpcError) as refused:
+            index(garbage, timeout=30)
+        assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.UNAVAILABLE, GRPC_REFUSED)
+        with pytest.raises(grpc.RpcError) as invalid:
+            index(garbage, timeout=30, metadata=[(GRPC_HEADER, VALUE)])
+        assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "RepositoryIndex request is not a valid protobuf message" in (invalid.value.details() or "")
     assert_serves(server.grpc_url)
 
 

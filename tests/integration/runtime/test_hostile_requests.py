@@ -430,5 +430,10 @@ def test_bytes_that_are_no_protobuf_message_are_invalid_argument(server: Runtime
         with pytest.raises(grpc.RpcError) as ended:
             list(stream(iter([garbage]), timeout=30))
         assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        health = channel.unary_unary("/grpc.health.v1.Health/Check")  # the health service is guarded as well
+        with pytest.raises(grpc.RpcError) as refused:
+            health(garbage, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "Check request is not a valid protobuf message" in (refused.value.details() or "")
     assert "DecodeError" not in server.log_path.read_text()
     still_serving(server)

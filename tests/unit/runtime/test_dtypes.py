@@ -5,6 +5,8 @@ import pytest
 from ensemble_runtime.dtypes import (
     config_to_wire,
     deserialize_bytes,
+    element_count,
+    element_size,
     numpy_to_wire,
     serialize_bytes,
     to_bytes_array,
@@ -58,3 +60,49 @@ def test_malformed_bytes_named(raw: bytes, count: int, message: str) -> None:
 def test_unknown_wire_type() -> None:
     with pytest.raises(InferenceError, match="unsupported datatype 'FP8'"):
         wire_to_numpy("FP8")
+
+
+@pytest.mark.parametrize(
+    ("wire", "size"),
+    [("BOOL", 1), ("INT8", 1), ("UINT16", 2), ("FP16", 2), ("BF16", 2), ("INT32", 4), ("FP32", 4), ("UINT64", 8),
+     ("FP64", 8), ("BYTES", 0)],
+)
+def test_element_size(wire: str, size: int) -> None:
+    assert element_size(wire) == size
+
+
+def test_element_size_of_an_unknown_type_is_invalid() -> None:
+    with pytest.raises(InferenceError, match="unsupported datatype 'FP8'") as info:
+        element_size("FP8")
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("shape", "count"), [((), 1), ((3,), 3), ((2, 3, 4), 24), ((2, 0, 5), 0), ((0,), 0), ((1,) * 32, 1)]
+)
+def test_element_count(shape: tuple[int, ...], count: int) -> None:
+    assert element_count("x", shape, "FP32") == count
+
+
+@pytest.mark.parametrize(
+    ("shape", "wire", "message"),
+    [
+        ((1,) * 33, "FP32", "input 'x' has 33 dimensions; at most 32 are supported"),
+        ((2, -1), "FP32", "input 'x' has a negative dimension in shape [2, -1]"),
+        ((2**32, 2**31), "FP32", "input 'x': shape [4294967296, 2147483648] is larger than any tensor can be"),
+        ((2**31, 2**29), "BYTES", "input 'x': shape [2147483648, 536870912] is larger than any tensor can be"),
+        ((2**62, 0), "INT8", None),  # a zero dimension makes no tensor huge: counted as 0, within bounds
+        ((3,), "FP8", "unsupported datatype 'FP8'"),
+    ],
+)
+def test_element_count_refuses_shapes_no_array_can_have(shape: tuple[int, ...], wire: str, message: str | None) -> None:
+    if message is None:
+        assert element_count("x", shape, wire) == 0
+        return
+    with pytest.raises(InferenceError) as info:
+        element_count("x", shape, wire)
+    assert (info.value.code, info.value.message) == (ErrorCode.INVALID_ARGUMENT, message)
+
+
+def test_element_count_of_no_dimensions_needs_no_known_type() -> None:
+    assert element_count("x", (), "FP8") == 1  # a scalar: nothing to multiply, the type is checked elsewhere

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
-from ensemble_runtime.errors import ErrorCode, InferenceError
+from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError
 from ensemble_runtime.inference import BackendRequest, BackendResult
 from ensemble_runtime.scheduler import BatchPolicy, Scheduler
-from ensemble_runtime.stats import ModelStats
+from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 
 class RecordingInstance:
@@ -127,6 +127,47 @@ def test_instances_run_in_parallel() -> None:
         assert a.batches == [1] and b.batches == [1]  # both held at once: two executions in flight
         gate.set()
         await asyncio.gather(*calls)
+        await sched.close()
+
+    asyncio.run(run())
+
+
+class AnsweringInstance(RecordingInstance):
+    """As RecordingInstance, and answers x == 0 with the model's own error response; x == 9 breaks the backend."""
+
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        if any(float(r.inputs["x"].sum()) == 9 * r.inputs["x"].size for r in requests):
+            raise RuntimeError("backend broke")
+        results = await super().execute(requests)
+        return [ResponseError(ErrorCode.INVALID_ARGUMENT, "zero") if float(r.inputs["x"].sum()) == 0 else result
+                for r, result in zip(requests, results, strict=True)]
+
+
+def test_direct_requests_count_in_statistics_as_triton_does() -> None:
+    """Without batching a request runs in its caller's task: a success, or the model's own error response,
+    counts a request (its batch) and an execution, and adds its phases to the caller's ComputeTimes; a failure
+    counts nothing here (the data plane counts it in `fail`)."""
+
+    async def run() -> None:
+        stats = ModelStats()
+        sched = Scheduler("m", [AnsweringInstance()], BatchPolicy(False, 8), stats)
+        sched.start()
+        times = ComputeTimes()
+        assert (await sched.submit(req(1, batch=3), times))["y"].tolist() == [[2.0, 2.0]] * 3
+        with pytest.raises(ResponseError, match="zero"):
+            await sched.submit(req(0, batch=2), times)
+        with pytest.raises(ValueError, match="bad input"):
+            await sched.submit(req(-1))
+        with pytest.raises(RuntimeError, match="backend broke"):
+            await sched.submit(req(9))
+        assert (stats.inference_count, stats.execution_count) == (5, 2)
+        assert stats.queue.count == stats.compute_input.count == stats.compute_infer.count == 2
+        assert stats.compute_output.count == 2
+        assert sorted(stats.batches) == [2, 3]
+        assert all(b.compute_infer.count == 1 for b in stats.batches.values())
+        assert times.infer_ns == stats.compute_infer.ns > 0
+        assert times.input_ns == stats.compute_input.ns and times.output_ns == stats.compute_output.ns
+        assert stats.last_inference_ms > 0
         await sched.close()
 
     asyncio.run(run())

@@ -25,6 +25,10 @@ _TRITON_NUMPY: tuple[type[Any] | None, ...] = (
     None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
     np.int64, np.float16, np.float32, np.float64, np.object_, None,
 )  # fmt: skip
+# numpy dtype -> TRITONSERVER_DataType value: the lookup every Tensor a model or the runtime builds makes
+_NUMPY_TRITON: Mapping[np.dtype[Any], int] = types.MappingProxyType(
+    {np.dtype(t): value for value, t in enumerate(_TRITON_NUMPY) if t is not None and t is not np.object_}
+)
 TRITON_STRING_TO_NUMPY: Mapping[str, type[Any]] = types.MappingProxyType(
     {
         "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
@@ -45,6 +49,9 @@ def numpy_to_triton_type(data_type: npt.DTypeLike) -> int | None:
     dtype = np.dtype(data_type)
     if dtype.kind in ("O", "S"):
         return 13
+    known = _NUMPY_TRITON.get(dtype)
+    if known is not None:
+        return known
     for value, numpy_type in enumerate(_TRITON_NUMPY):
         if numpy_type is not None and numpy_type is not np.object_ and dtype == np.dtype(numpy_type):
             return value
