@@ -108,15 +108,21 @@ def register(
         ensemble = owning_ensemble(body)
         if ensemble is not None:
             ns = body["metadata"]["namespace"]
-            if type == "DELETED":  # applied from here, deleted by someone else: apply it again
-                reconciler.kube.forget(ObjectKey("apps/v1", "Deployment", ns, body["metadata"]["name"]))
-            workers.ensembles.mark((ns, ensemble))
+            key = ObjectKey("apps/v1", "Deployment", ns, body["metadata"]["name"])
+            reconciler.kube.observed(key, None if type == "DELETED" else plain(body))
+            workers.ensembles.mark_existing((ns, ensemble))  # also its status: readiness, rollout
+
+    # The other owned objects the operator may read: deleted or changed by someone else, the Ensemble is
+    # reconciled at once (no periodic re-read needed); their status writes (HPA, PDB) keep the applied hash.
+    # Secrets are written, never read or watched: the slow resync re-applies those.
+    for group, version, plural, kind in OWNED_WATCHED:
+        _watch_owned(registry, reconciler, workers, group, version, plural, kind)
 
     @kopf.on.event("", "v1", "pods", labels=ensemble_label, registry=registry)
     async def pod_event(body: kopf.Body, **_: Any) -> None:
         ensemble = owning_ensemble(body)
         if ensemble is not None:
-            workers.ensembles.mark((body["metadata"]["namespace"], ensemble))
+            workers.ensembles.mark_existing((body["metadata"]["namespace"], ensemble))
 
     # ---------------------------------------------------------------- Models
 
@@ -153,6 +159,39 @@ def register(
         gate = AccessGate(policy or runtime_policy(reconciler.defaults.image), reconciler.kube.review_access)
         _register_webhooks(registry, reconciler, gate)
     return workers
+
+
+OWNED_WATCHED: tuple[tuple[str, str, str, str], ...] = (
+    ("", "v1", "configmaps", "ConfigMap"),
+    ("", "v1", "services", "Service"),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    ("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
+)
+
+
+def _watch_owned(
+    registry: kopf.OperatorRegistry,
+    reconciler: Reconciler,
+    workers: Workers,
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+) -> None:
+    api_version = f"{group}/{version}" if group else version
+
+    @kopf.on.event(
+        group, version, plural, labels={ENSEMBLE_LABEL: kopf.PRESENT}, id=f"owned-{plural}", registry=registry
+    )
+    async def owned_event(body: kopf.Body, type: str | None, **_: Any) -> None:
+        ensemble = owning_ensemble(body)
+        if ensemble is None:
+            return
+        ns = body["metadata"]["namespace"]
+        key = ObjectKey(api_version, kind, ns, body["metadata"]["name"])
+        if reconciler.kube.observed(key, None if type == "DELETED" else plain(body)):
+            workers.ensembles.mark_existing((ns, ensemble))
 
 
 def _register_webhooks(registry: kopf.OperatorRegistry, reconciler: Reconciler, gate: AccessGate) -> None:

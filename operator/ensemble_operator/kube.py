@@ -187,6 +187,20 @@ class KubeClient:
         """The object changed behind this process's back (e.g. it was deleted): read it before the next apply."""
         self._known.pop(key, None)
 
+    def observed(self, key: ObjectKey, live: Manifest | None) -> bool:
+        """A watch saw `key` as `live` (None: deleted). True when that is not what this process last applied
+        (deleted, changed by someone else, or never applied by this process): it is forgotten, so that the
+        owner's next reconcile reads it and applies it again. A status-only change (a controller's write)
+        keeps the applied hash and is not a drift."""
+        if live is None:
+            self._known.pop(key, None)
+            return True
+        digest = ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION)
+        if key in self._known and self._known[key] == digest:
+            return False
+        self._known.pop(key, None)
+        return True
+
     def delete_if_exists(self, key: ObjectKey, *, fresh: bool = False) -> bool:
         if not fresh and key in self._known and self._known[key] is None:
             return False  # known absent

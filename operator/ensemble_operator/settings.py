@@ -25,10 +25,11 @@ class Settings(BaseSettings):
         "this often; reads nothing from the Kubernetes API (its changes arrive by watch)",
     )
     resync_interval_seconds: float = Field(
-        default=600.0,
+        default=36000.0,
         gt=0.0,
-        description="re-read each Ensemble's owned objects from the API this often (a safety net for changes no "
-        "watch reports, such as an owned Service deleted by hand)",
+        description="re-read each Ensemble's owned objects from the API this often: a safety net for what no "
+        "watch reports (the control-token Secret, which the operator never reads); like controller-runtime's "
+        "default sync period, 10 hours",
     )
     model_settle_seconds: float = Field(
         default=1.0,

@@ -56,6 +56,14 @@ class Marks:
     def mark(self, key: Key) -> None:
         self._flags.setdefault(key, asyncio.Event()).set()
 
+    def mark_existing(self, key: Key) -> None:
+        """Mark `key` only while it has a worker (or a pending mark): an owned object's event after its
+        Ensemble's worker ended (the garbage collector's deletions) leaves nothing behind. Before a worker
+        starts nothing is lost: its first reconcile reads everything."""
+        flag = self._flags.get(key)
+        if flag is not None:
+            flag.set()
+
     def is_marked(self, key: Key) -> bool:
         flag = self._flags.get(key)
         return flag is not None and flag.is_set()

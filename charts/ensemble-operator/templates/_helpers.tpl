@@ -52,16 +52,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["get", "patch"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]  # list/watch: an owned object deleted or changed by hand is restored at once
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]  # list/watch: readiness reaches the status by watch
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch"]  # patch: the config-hash annotation that makes the kubelet refresh repository.json
@@ -76,5 +76,5 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["create", "patch"]  # each Ensemble's control-token Secret: written, never read (no get/list/watch)
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "create", "patch", "delete"]  # the runtime pods' NetworkPolicy (networkPolicy.enabled)
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]  # the runtime pods' NetworkPolicy (networkPolicy.enabled)
 {{- end -}}

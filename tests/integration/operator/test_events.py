@@ -31,6 +31,7 @@ from .support import (
     describe,
     epoch,
     example_models,
+    get,
     namespace_with,
     phase_is,
     wait_ensemble,
@@ -232,3 +233,34 @@ def test_a_status_conflict_on_the_api_server_is_read_again(
     assert status["versionsFound"] == [1, 2]
     assert "used by someone" in (condition({"status": status}, "Accepted") or {}).get("message", "")
     assert kube.stats.status_patches == 1
+
+
+def test_owned_objects_deleted_by_hand_come_back_by_watch(
+    audited_control_plane: ControlPlane, watching_operator: OperatorProcess
+) -> None:
+    """Someone deletes an Ensemble's ConfigMap, Services and PDB: the watching operator (whose re-read of the
+    API is an hour away) applies them again, because the watch reported the deletion."""
+    cp = audited_control_plane
+    name = "restored"
+    ns = namespace_with(cp, "restore", cpu_ensemble(name, replicas=1))
+    wait_ensemble(cp, ns, name, phase_is("Ready"), "phase Ready", timeout=90)
+    paths = {
+        "ConfigMap": f"/api/v1/namespaces/{ns}/configmaps/{name}-repository",
+        "Service": f"/api/v1/namespaces/{ns}/services/{name}",
+        "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}",
+    }
+    before = {kind: cp.api("GET", path)["metadata"]["uid"] for kind, path in paths.items()}
+    deleted = time.monotonic()
+    for path in paths.values():
+        cp.api("DELETE", path)
+
+    def recreated() -> bool:
+        for kind, path in paths.items():
+            live = get(cp, path)
+            if live is None or live["metadata"]["uid"] == before[kind]:
+                return False
+        return True
+
+    wait_for(recreated, "the deleted objects to be applied again", timeout=60)
+    TIMINGS["owned objects deleted by hand -> applied again (s)"] = time.monotonic() - deleted
+    assert watching_operator.reconciled(ns, name)

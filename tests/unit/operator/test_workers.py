@@ -232,3 +232,39 @@ def test_versions_found_are_one_union_per_model() -> None:
     assert found.drop(NS, "b") == ["m", "n"]
     assert found.union(NS, "m") == [1, 2] and found.union(NS, "n") is None
 
+
+
+def test_a_watched_object_is_forgotten_only_when_it_is_not_what_was_applied(
+    ensemble: Ensemble, models: dict[str, Model]
+) -> None:
+    """What a watch reports of an owned object: a status write by another controller (same applied hash) is
+    ours and costs nothing; a deletion or someone else's content makes the next reconcile apply it again."""
+    from ensemble_operator.kube import APPLIED_HASH_ANNOTATION
+    from ensemble_operator.plan import ObjectKey
+
+    api, rec = _world(ensemble, models)
+    body = api.objects[ENSEMBLE_PATH]
+    index = _model_index(api)
+    rec.ensemble(body, observed(body, index, {}, {}), fresh=True)
+    config_path = object_path("v1", "ConfigMap", NS, "image-pipeline-repository")
+    live = api.objects[config_path]
+    key = ObjectKey("v1", "ConfigMap", NS, "image-pipeline-repository")
+
+    assert not rec.kube.observed(key, {**live, "status": {"note": "another controller"}})
+    seen = len(api.requests)
+    rec.ensemble(body, observed(body, index, {}, {}))
+    assert api.requests[seen:] == []
+
+    replaced = {**live, "metadata": {**live["metadata"], "annotations": {APPLIED_HASH_ANNOTATION: "theirs"}}}
+    api.objects[config_path] = replaced
+    assert rec.kube.observed(key, replaced)
+    seen = len(api.requests)
+    rec.ensemble(body, observed(body, index, {}, {}))
+    assert ("GET", config_path) in api.requests[seen:] and ("PATCH", config_path) in api.requests[seen:]
+
+    del api.objects[config_path]
+    assert rec.kube.observed(key, None)
+    seen = len(api.requests)
+    rec.ensemble(body, observed(body, index, {}, {}))
+    assert ("PATCH", config_path) in api.requests[seen:]
+    assert config_path in api.objects
