@@ -109,6 +109,7 @@ class ControlPlane:
         locator: ToolLocator | None = None,
         extra_apiserver_args: Sequence[str] = (),
         crds: Sequence[Path] = (),
+        pod_cidr: str = components.POD_CIDR,
     ) -> None:
         self._nodes = tuple(nodes)
         self._given_workdir = workdir
@@ -117,6 +118,7 @@ class ControlPlane:
         self._locator = locator or ToolLocator.from_env()
         self._extra_apiserver_args = tuple(extra_apiserver_args)
         self._crds = tuple(crds)
+        self._pod_cidr = pod_cidr
         self._processes: list[ManagedProcess] = []
         self._workdir: Path | None = None
         self._pki: ClusterPKIFiles | None = None
@@ -190,7 +192,7 @@ class ControlPlane:
         )
         stages_file = workdir / "kwok-stages.yaml"
         stages_file.write_text(stages)
-        kwok = self._spawn("kwok", components.kwok_argv(binaries["kwok"], kubeconfigs.kwok, stages_file, ports), logs)
+        kwok = self._spawn("kwok", components.kwok_argv(binaries["kwok"], kubeconfigs.kwok, stages_file, ports, self._pod_cidr), logs)
         insecure = insecure_tls_context()
         self._wait_healthy(kcm, f"https://127.0.0.1:{ports.controller_manager}/healthz", insecure)
         self._wait_healthy(scheduler, f"https://127.0.0.1:{ports.scheduler}/healthz", insecure)
