@@ -322,7 +322,7 @@ class Bench:
 
     def settle(self) -> None:
         """Wait until the operator has written nothing for a while (bounded), before an idle window."""
-        quiet = max(5.0, self.args.status_interval / 3)
+        quiet = self.args.quiet_seconds
         deadline = time.time() + 3 * self.args.status_interval + quiet
         while time.time() < deadline:
             now = time.time()
@@ -598,6 +598,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--change-gap", type=float, default=3.0, help="seconds after a change before the next")
     p.add_argument("--change-timeout", type=float, default=120.0)
     p.add_argument("--ready-timeout", type=float, default=1800.0, help="per size, from the first create")
+    p.add_argument("--quiet-seconds", type=float, default=None,
+                   help="before an idle window, wait this long without operator writes (default a third of the "
+                   "status interval, at least 5 s; bounded by 3 status intervals)")
     p.add_argument("--status-interval", type=float, default=30.0, help="operator setting (chart default 30)")
     p.add_argument("--model-settle", type=float, default=1.0, help="operator setting (chart default 1)")
     p.add_argument("--pod-http-timeout", type=float, default=2.0, help="operator setting (default 2)")
@@ -611,6 +614,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.small_ensembles = max(1, args.ensembles // 10)
     if not 0 < args.small_ensembles < args.ensembles:
         p.error("--small-ensembles must be between 1 and --ensembles - 1")
+    if args.quiet_seconds is None:
+        args.quiet_seconds = max(5.0, args.status_interval / 3)
     args.health_port = free_port()
     return args
 

@@ -11,6 +11,9 @@ a kind it has not discovered yet is tracked as a "virtual" owner whose REST mapp
 exponential backoff, so children of such an owner deleted in that window are collected only at the next
 retry, 40 s to minutes later. On a real cluster CRDs exist long before their objects; here they do too.
 
+kwok gives pods IPs from `pod_cidr` (default 10.244.0.0/16, which nothing answers); a loopback range
+(e.g. 127.64.0.0/16) makes every pod IP reach a process listening on 0.0.0.0 here (bench/operator_scale.py).
+
 Everything lives in one temporary directory (certificates, kubeconfigs, etcd data, one log file per
 component); it is removed on exit unless `keep_workdir=True` (or the `workdir` was given by the caller).
 """
