@@ -130,7 +130,7 @@ def operator_process(release: Release, workdir: Path, args: argparse.Namespace) 
             "ENSEMBLE_OPERATOR_PEERING_NAME": f"{RELEASE}-ensemble-operator",
             "ENSEMBLE_OPERATOR_PEERING_PRIORITY": "100",
             "ENSEMBLE_OPERATOR_LIVENESS_ENDPOINT": f"http://127.0.0.1:{args.health_port}/healthz",
-            "ENSEMBLE_OPERATOR_WEBHOOK_ENABLED": "true",
+            "ENSEMBLE_OPERATOR_WEBHOOK_ENABLED": "true" if args.webhooks == "on" else "false",
             "ENSEMBLE_OPERATOR_WEBHOOK_ADDR": "127.0.0.1",
             "ENSEMBLE_OPERATOR_WEBHOOK_PORT": str(release.webhook_port),
             "ENSEMBLE_OPERATOR_WEBHOOK_CERT_PATH": str(release.cert_path),
@@ -199,35 +199,44 @@ class Api:
         return items
 
 
-def create_all(api: Api, path: str, docs: Sequence[JSON], workers: int = 4) -> None:
-    """POST every document (through the admission webhooks), a few at a time, retrying brief refusals."""
+def create_all(api: Api, path: str, docs: Sequence[JSON], deadline: float, workers: int = 4) -> JSON:
+    """POST every document (through the admission webhooks), a few at a time; a refusal the API server
+    gives for a webhook it could not call in time (HTTP 5xx) is retried, as a user would, until `deadline`
+    (monotonic). Returns how many were created, how many attempts were refused, and the last refusal."""
+    refused: list[str] = []
+    lock = threading.Lock()
 
-    def create(doc: JSON) -> None:
-        for attempt in range(20):
+    def create(doc: JSON) -> bool:
+        while True:
             try:
                 api.request("POST", path, doc)
-                return
-            except ApiError as exc:
-                if exc.status == 409:
-                    return
-                if exc.status < 500 or attempt == 19:
+                return True
+            except (ApiError, OSError) as exc:
+                if isinstance(exc, ApiError) and exc.status == 409:
+                    return True
+                if isinstance(exc, ApiError) and exc.status < 500:
                     raise
-                time.sleep(1.0)  # the webhook timed out under load: as kubectl's user would, try again
+                with lock:
+                    refused.append(str(exc)[:300])
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(1.0)
 
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(create, docs))
+        created = sum(pool.map(create, docs))
+    return {"created": created, "refused_attempts": len(refused), "last_refusal": refused[-1] if refused else None}
 
 
 def wait_ready(api: Api, names: set[str], timeout: float) -> tuple[float | None, int]:
     """Seconds until every Ensemble in `names` is Ready (None on timeout) and how many were."""
     started = time.monotonic()
-    ready = 0
-    while time.monotonic() - started < timeout:
+    while True:
         ready = sum(1 for e in api.ensembles() if e["metadata"]["name"] in names and is_ready(e))
         if ready == len(names):
             return time.monotonic() - started, ready
+        if time.monotonic() - started >= timeout:
+            return None, ready
         time.sleep(2.0)
-    return None, ready
 
 
 class ConfigMapWatch:
@@ -287,6 +296,10 @@ class ConfigMapWatch:
                 if left <= 0:
                     return None
                 self._lock.wait(min(left, 1.0))
+
+    def owners(self) -> set[str]:
+        with self._lock:
+            return set(self.current)
 
     def changed_between(self, start: float, end: float) -> set[str]:
         with self._lock:
@@ -371,16 +384,23 @@ class Bench:
         docs = [ensemble_manifest(i, NAMESPACE, models_of(i, a.ensembles, a.models), a.replicas) for i in indices]
         cpu0, started = self.cpu(), time.monotonic()
         log(f"{label}: creating {len(docs)} Ensembles")
-        create_all(self.api, f"{GROUP_PATH}/namespaces/{NAMESPACE}/ensembles", docs)
+        created = create_all(
+            self.api, f"{GROUP_PATH}/namespaces/{NAMESPACE}/ensembles", docs, started + a.ready_timeout
+        )
         applied = time.monotonic() - started
+        if created["refused_attempts"]:
+            log(f"{label}: {created['created']}/{len(docs)} created after {applied:.0f} s; "
+                f"{created['refused_attempts']} attempts refused, last: {created['last_refusal']}")
         names = {ensemble_name(i) for i in range(indices.stop)}
-        ready_s, ready = wait_ready(self.api, names, a.ready_timeout - applied)
+        ready_s, ready = wait_ready(self.api, names, max(0.0, a.ready_timeout - applied))
         total = None if ready_s is None else applied + ready_s
         log(f"{label}: {ready}/{len(names)} Ensembles Ready" + (f" after {total:.1f} s" if total else " (timed out)"))
         sample = proc_sample(self.operator.pid or 0)
         return {
             "ensembles": len(names),
-            "created": len(docs),
+            "created": created["created"],
+            "create_refused_attempts": created["refused_attempts"],
+            "create_last_refusal": created["last_refusal"],
             "create_s": round(applied, 1),
             "all_ready_s": None if total is None else round(total, 1),
             "ready": ready,
@@ -405,7 +425,8 @@ class Bench:
         samples: list[JSON] = []
         with ConfigMapWatch(self.api) as watch:
             for revision, model in enumerate(picks, start=1):
-                affected = {ensemble_name(e) for e in users_of(a.models, a.ensembles, model % a.models)}
+                users = {ensemble_name(e) for e in users_of(a.models, a.ensembles, model % a.models)}
+                affected = users & watch.owners()  # those that exist (all, unless creation failed)
                 if not affected:
                     continue
                 cpu0, t0 = self.cpu(), time.time()
@@ -459,8 +480,10 @@ class Bench:
         log(f"creating {a.models} Models")
         started = time.monotonic()
         start_operator(self.operator, a.health_port)
-        create_all(self.api, f"{GROUP_PATH}/namespaces/{NAMESPACE}/models",
-                   [model_manifest(i, NAMESPACE) for i in range(a.models)])
+        result["models_create"] = create_all(
+            self.api, f"{GROUP_PATH}/namespaces/{NAMESPACE}/models",
+            [model_manifest(i, NAMESPACE) for i in range(a.models)], started + a.ready_timeout,
+        )
         result["models_create_s"] = round(time.monotonic() - started, 1)
         result["small"] = self.apply_ensembles(range(a.small_ensembles), "small")
         result["small"]["idle"] = self.idle("small")
@@ -516,10 +539,14 @@ def print_report(result: JSON) -> None:
     cfg = result["config"]
     print(f"\n== operator scale: {cfg['ensembles']} Ensembles over {cfg['models']} Models, {cfg['replicas']} replicas "
           f"(small size {cfg['small_ensembles']}); wall {result['wall_s']:.0f} s")
-    print(f"Models created in {result['models_create_s']} s")
+    print(f"Models: {result['models_create']['created']} created in {result['models_create_s']} s "
+          f"({result['models_create']['refused_attempts']} attempts refused); webhooks {cfg['webhooks']}")
     for size in ("small", "full"):
         part = result[size]
         idle = part["idle"]
+        if part["create_refused_attempts"]:
+            print(f"\n[{size}] {part['create_refused_attempts']} create attempts refused; last: "
+                  f"{part['create_last_refusal']}")
         print(f"\n[{size}: {part['ensembles']} Ensembles] Ready: {part['ready']}/{part['ensembles']} in "
               f"{part['all_ready_s']} s from the first create; operator CPU meanwhile {part['operator_cpu_s']} s")
         print(f"  idle ({idle['window_s']} s): operator {idle['audit_operator_total_per_min']} req/min (audit), "
@@ -572,12 +599,15 @@ def cluster(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[ControlPl
             )
         )
         port = free_port()
-        values = helm_values_file(workdir / "release", Release.values(port))
+        values = helm_values_file(
+            workdir / "release", Release.values(port, enabled=args.webhooks == "on")
+        )
         cp.helm(
             "install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
             "-f", str(values), "--wait", "--timeout", "300s", "--skip-crds",
         )  # fmt: skip
-        cert, key = write_webhook_tls(cp, workdir / "release" / "tls")
+        tls = workdir / "release" / "tls"
+        cert, key = write_webhook_tls(cp, tls) if args.webhooks == "on" else (tls / "none.crt", tls / "none.key")
         kubeconfig = cp.service_account_kubeconfig(
             RELEASE_NAMESPACE, SERVICE_ACCOUNT, path=workdir / "release" / "sa.kubeconfig", expiration_seconds=86400
         )
@@ -607,6 +637,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pod-cidr", default="127.64.0.0/16", help="kwok's pod IPs (loopback: answered locally)")
     p.add_argument("--pod-http", choices=["runtime", "none"], default="runtime",
                    help="runtime: one ensemble-runtime on 0.0.0.0:8000 answers every pod; none: nothing listens")
+    p.add_argument("--webhooks", choices=["on", "off"], default="on",
+                   help="the chart's admission webhooks, served by the operator (off: chart installed without them)")
     p.add_argument("--json", type=Path, default=None, help="default bench/results/operator_scale.json")
     p.add_argument("--workdir", type=Path, default=None, help="keep logs here (default: a temporary directory)")
     args = p.parse_args(argv)
