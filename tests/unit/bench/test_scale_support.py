@@ -1,0 +1,62 @@
+"""The operator scale benchmark's pure parts: the Model/Ensemble layout and the API server's request counter."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.scale_support import Request as AuditRequest
+from bench.scale_support import ensemble_of, models_of, percentile, request_counts, users_of
+
+
+@pytest.mark.parametrize(("ensembles", "models"), [(300, 1000), (30, 1000), (10, 30), (3, 6), (2, 2)])
+def test_every_model_is_used_and_users_of_inverts_models_of(ensembles: int, models: int) -> None:
+    used = {m for e in range(ensembles) for m in models_of(e, ensembles, models)}
+    assert used == set(range(models))
+    for model in range(models):
+        for e in users_of(models, ensembles, model):
+            assert model in models_of(e, ensembles, models)
+
+
+def test_a_model_change_affects_few_ensembles_at_full_size() -> None:
+    counts = [len(users_of(1000, 300, m)) for m in range(1000)]
+    assert min(counts) >= 1 and max(counts) <= 2
+
+
+def test_request_counts_sums_codes_and_labels_resources() -> None:
+    text = "\n".join(
+        [
+            "# HELP apiserver_request_total ...",
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",'
+            'scope="namespace",subresource="",verb="LIST",version="v1"} 3',
+            'apiserver_request_total{code="500",component="apiserver",dry_run="",group="",resource="pods",'
+            'scope="namespace",subresource="",verb="LIST",version="v1"} 2',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="serving.ensemble.dev",'
+            'resource="ensembles",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 7',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",'
+            'scope="",subresource="/metrics",verb="GET",version=""} 1',
+            'apiserver_request_duration_seconds_count{verb="GET"} 99',
+        ]
+    )
+    assert request_counts(text) == {
+        ("LIST", "core/pods"): 5,
+        ("PATCH", "serving.ensemble.dev/ensembles/status"): 7,
+        ("GET", "-"): 1,
+    }
+
+
+def test_ensemble_of_names_the_owner_by_object_name() -> None:
+    def req(name: str) -> AuditRequest:
+        return AuditRequest(at=0.0, verb="get", resource="pods", namespace="scale", name=name)
+
+    names = ["e0001", "e0010"]
+    assert ensemble_of(req("e0010-repository"), names) == "e0010"
+    assert ensemble_of(req("e0001-7d9f-abcde"), names) == "e0001"
+    assert ensemble_of(req("e0001"), names) == "e0001"
+    assert ensemble_of(req("e00010"), names) is None
+    assert ensemble_of(req(""), names) is None
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert percentile([float(x) for x in range(1, 101)], 99) == 99.0
+    assert percentile([2.0], 99) == 2.0
