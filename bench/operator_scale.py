@@ -593,6 +593,8 @@ def cluster(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[ControlPl
                     f"--audit-log-path={workdir / 'audit.log'}",
                     "--audit-log-mode=blocking",
                     "--audit-log-format=json",
+                    # One ClusterIP per Ensemble: the control plane's /24 holds 254, too few for 300 Ensembles.
+                    "--service-cluster-ip-range=10.96.0.0/16",
                     "--max-requests-inflight=800",
                     "--max-mutating-requests-inflight=400",
                 ],
