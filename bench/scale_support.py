@@ -15,6 +15,7 @@ from typing import Any
 
 JSON = dict[str, Any]
 GROUP_VERSION = "serving.ensemble.dev/v1alpha1"
+POD_HTTP_PORT = 8000  # ensemble_contract.ports.HTTP_PORT: where the operator probes every pod
 CHANGE_PARAMETER = "revision"  # the Model spec.parameters key a change bumps (it reaches repository.json)
 
 

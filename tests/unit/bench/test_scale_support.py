@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.scale_report import targets
 from bench.scale_support import Request as AuditRequest
 from bench.scale_support import ensemble_of, models_of, percentile, request_counts, users_of
 
@@ -60,3 +61,34 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert percentile([float(x) for x in range(1, 101)], 99) == 99.0
     assert percentile([2.0], 99) == 2.0
+
+
+def _result(small_idle: float, full_idle: float, change: dict[str, object], p99: float | None) -> dict[str, object]:
+    def idle(rate: float) -> dict[str, float]:
+        return {"audit_operator_total_per_min": rate, "metrics_operator_total_per_min": rate}
+
+    clean = {"other_ensembles_requests": 0, "other_ensembles_writes": 0, "full_lists": 0,
+             "other_configmaps_changed": [], "model": "m0001"}
+    return {
+        "small": {"ensembles": 30, "idle": idle(small_idle)},
+        "full": {"ensembles": 300, "idle": idle(full_idle)},
+        "model_changes": {"samples": [{**clean, **change}], "p50_s": p99, "p99_s": p99, "timed_out": 0},
+    }
+
+
+def test_targets_pass_when_idle_cost_is_flat_and_changes_stay_local_and_fast() -> None:
+    verdict = targets(_result(100.0, 120.0, {}, 1.2))
+    assert {name: t["pass"] for name, t in verdict.items()} == {
+        "idle_independent_of_unchanged_ensembles": True,
+        "model_change_touches_only_its_ensembles": True,
+        "model_change_p99_to_configmap": True,
+    }
+
+
+def test_targets_fail_on_idle_growth_foreign_touches_and_slow_changes() -> None:
+    verdict = targets(_result(100.0, 1000.0, {"full_lists": 2}, 5.5))
+    assert not any(t["pass"] for t in verdict.values())
+    assert "10.0x" in verdict["idle_independent_of_unchanged_ensembles"]["detail"]
+    assert not targets(_result(0.0, 5.0, {"other_configmaps_changed": ["e0002"]}, None))[
+        "model_change_touches_only_its_ensembles"
+    ]["pass"]
