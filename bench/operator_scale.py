@@ -318,6 +318,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--webhooks", choices=["on", "off"], default="on",
                    help="the chart's admission webhooks, served by the operator (off: chart installed without them)")
     p.add_argument("--json", type=Path, default=None, help="default bench/results/operator_scale.json")
+    p.add_argument("--report", type=Path, default=None,
+                   help="only print a saved result (its targets judged again) and write nothing")
     p.add_argument("--workdir", type=Path, default=None, help="keep logs here (default: a temporary directory)")
     args = p.parse_args(argv)
     if args.small_ensembles is None:
@@ -332,6 +334,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> JSON:
     args = parse_args(argv)
+    if args.report is not None:
+        saved: JSON = json.loads(args.report.read_text())
+        saved["targets"] = targets(saved)
+        print_report(saved)
+        return saved
     started = time.monotonic()
     with ExitStack() as stack:
         if args.workdir is None:
@@ -353,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> JSON:
         log(f"control plane up in {time.monotonic() - started:.0f} s; logs in {workdir}")
         result = bench.run()
         result["operator_peak_rss_mib"] = result["full"]["idle"]["operator_peak_rss_mib"]
-    config = {k: v for k, v in vars(args).items() if k not in ("json", "workdir", "health_port")}
+    config = {k: v for k, v in vars(args).items() if k not in ("json", "workdir", "health_port", "report")}
     config["pod_cidr"] = str(config["pod_cidr"])
     result = {"config": config, "host": platform.node(), "cpus": os.cpu_count(), **result}
     result["wall_s"] = round(time.monotonic() - started, 1)

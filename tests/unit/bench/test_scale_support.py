@@ -65,7 +65,8 @@ def test_percentile_is_nearest_rank() -> None:
 
 def _result(small_idle: float, full_idle: float, change: dict[str, object], p99: float | None) -> dict[str, object]:
     def idle(rate: float) -> dict[str, float]:
-        return {"audit_operator_total_per_min": rate, "metrics_operator_total_per_min": rate}
+        return {"audit_operator_total_per_min": rate, "metrics_operator_total_per_min": rate,
+                "operator_cpu_percent": rate / 100}
 
     clean = {"other_ensembles_requests": 0, "other_ensembles_writes": 0, "full_lists": 0,
              "other_configmaps_changed": [], "model": "m0001"}
@@ -92,3 +93,11 @@ def test_targets_fail_on_idle_growth_foreign_touches_and_slow_changes() -> None:
     assert not targets(_result(0.0, 5.0, {"other_configmaps_changed": ["e0002"]}, None))[
         "model_change_touches_only_its_ensembles"
     ]["pass"]
+
+
+def test_a_saturated_operator_fails_the_idle_target_though_its_request_rate_fell() -> None:
+    result = _result(2500.0, 1600.0, {}, 1.0)
+    result["small"]["idle"]["operator_cpu_percent"] = 41.0  # type: ignore[index]
+    result["full"]["idle"]["operator_cpu_percent"] = 86.0  # type: ignore[index]
+    verdict = targets(result)["idle_independent_of_unchanged_ensembles"]
+    assert not verdict["pass"] and "2.1x" in verdict["detail"]
