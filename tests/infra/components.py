@@ -138,14 +138,16 @@ def scheduler_argv(binary: Path, kubeconfig: Path, ports: Ports) -> list[str]:
     ]
 
 
-def kwok_argv(binary: Path, kubeconfig: Path, stages_file: Path, ports: Ports) -> list[str]:
+def kwok_argv(
+    binary: Path, kubeconfig: Path, stages_file: Path, ports: Ports, pod_cidr: str = POD_CIDR
+) -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--config={stages_file}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
-        f"--cidr={POD_CIDR}",
+        f"--cidr={pod_cidr}",
         "--node-ip=127.0.0.1",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports.kwok}",

@@ -16,6 +16,9 @@ to): the API server then listens on every address and advertises that one (so th
 leads pods to it), reaches kubelets at their InternalIP, and presents a client certificate to them (logs,
 exec). Without it everything stays on 127.0.0.1.
 
+kwok gives pods IPs from `pod_cidr` (default 10.244.0.0/16, which nothing answers); a loopback range
+(e.g. 127.64.0.0/16) makes every pod IP reach a process listening on 0.0.0.0 here (bench/operator_scale.py).
+
 Everything lives in one temporary directory (certificates, kubeconfigs, etcd data, one log file per
 component); it is removed on exit unless `keep_workdir=True` (or the `workdir` was given by the caller).
 """
@@ -115,6 +118,7 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         crds: Sequence[Path] = (),
         routable_address: str | None = None,
+        pod_cidr: str = components.POD_CIDR,
     ) -> None:
         self._nodes = tuple(nodes)
         self._given_workdir = workdir
@@ -124,6 +128,7 @@ class ControlPlane:
         self._extra_apiserver_args = tuple(extra_apiserver_args)
         self._crds = tuple(crds)
         self._routable_address = routable_address
+        self._pod_cidr = pod_cidr
         self._processes: list[ManagedProcess] = []
         self._workdir: Path | None = None
         self._pki: ClusterPKIFiles | None = None
@@ -198,7 +203,7 @@ class ControlPlane:
         )
         stages_file = workdir / "kwok-stages.yaml"
         stages_file.write_text(stages)
-        kwok = self._spawn("kwok", components.kwok_argv(binaries["kwok"], kubeconfigs.kwok, stages_file, ports), logs)
+        kwok = self._spawn("kwok", components.kwok_argv(binaries["kwok"], kubeconfigs.kwok, stages_file, ports, self._pod_cidr), logs)
         insecure = insecure_tls_context()
         self._wait_healthy(kcm, f"https://127.0.0.1:{ports.controller_manager}/healthz", insecure)
         self._wait_healthy(scheduler, f"https://127.0.0.1:{ports.scheduler}/healthz", insecure)
