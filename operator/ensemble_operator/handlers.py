@@ -201,7 +201,7 @@ def _register_webhooks(registry: kopf.OperatorRegistry, reconciler: Reconciler, 
         namespace: str | None, spec: kopf.Spec, userinfo: kopf.UserInfo, warnings: list[str], **kwargs: Any
     ) -> None:
         ns = namespace or ""
-        models = reconciler.models(ns)
+        models = reconciler.models_named(ns, model_names({"spec": dict(spec)}))
         try:
             errors, warns = reconciler.admission_issues(ns, dict(spec), models)
             new = EnsembleSpec.model_validate(dict(spec))

@@ -253,6 +253,32 @@ def test_admission_splits_errors_and_warnings(world: tuple[FakeApi, Reconciler],
     assert any("'nowhere'" in e for e in errors)
 
 
+def test_admission_reads_only_the_models_a_spec_names(
+    world: tuple[FakeApi, Reconciler], ensemble: Ensemble, models: dict[str, Model]
+) -> None:
+    """A namespace of many Models: an Ensemble's admission GETs the Models its steps name, never LISTs them all
+    (with a thousand Models each admission outlasted the webhook timeout); so does a Model's podmates check."""
+    api, rec = world
+    some = next(iter(models.values()))
+    for i in range(40):
+        body = some.model_dump(mode="json", by_alias=True)
+        body["metadata"] = {**body["metadata"], "name": f"bystander-{i}"}
+        api.put(object_path(some.api_version, "Model", NS, f"bystander-{i}"), body)
+    spec = ensemble.spec.to_wire()
+    seen = len(api.requests)
+    assert rec.admission_issues(NS, spec) == ([], [])
+    named = {s["modelRef"]["name"] for s in spec["steps"]}
+    asked = api.requests[seen:]
+    assert sorted(asked) == sorted(("GET", object_path(some.api_version, "Model", NS, n)) for n in named)
+
+    seen = len(api.requests)
+    mates = rec.podmates(NS, "classifier")
+    assert {m.model for m in mates} == named - {"classifier"}
+    model_reads = [p for m, p in api.requests[seen:] if "/models" in p]
+    assert all(not p.endswith("/models") for p in model_reads), model_reads
+    assert not any("bystander" in p for p in model_reads)
+
+
 def test_pods_still_on_an_older_config_are_nudged_again(ensemble: Ensemble, models: dict[str, Model]) -> None:
     """Pods marked with the config's hash that keep reporting another repository.json digest (the kubelet
     refreshed from a stale cache) get a config-refresh annotation, at most once per interval."""
