@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from ensemble_examples.repository import build_repository
@@ -89,6 +89,14 @@ def upload_example_repository(s3: S3Client, workdir: Path) -> int:
     root = workdir / "repository"
     build_repository(root)
     return upload_tree(s3, root)
+
+
+class Cluster(Protocol):
+    """What the helpers below need of a stack: its control plane and what to print when a wait fails."""
+
+    cp: ControlPlane
+
+    def diagnostics(self, ns: str, name: str) -> str: ...
 
 
 @dataclass
@@ -197,7 +205,7 @@ def is_ready(obj: JSON) -> bool:
 
 
 def wait_ensemble(
-    stack: Stack, ns: str, name: str, predicate: Callable[[JSON], bool], what: str, timeout: float = 120.0
+    stack: Cluster, ns: str, name: str, predicate: Callable[[JSON], bool], what: str, timeout: float = 120.0
 ) -> JSON:
     def probe() -> JSON | None:
         obj = ensemble(stack.cp, ns, name)
@@ -217,7 +225,7 @@ def owned_paths(ns: str, name: str) -> Mapping[str, str]:
     }
 
 
-def delete_and_wait_gone(stack: Stack, ns: str, name: str, timeout: float = 240.0) -> float:
+def delete_and_wait_gone(stack: Cluster, ns: str, name: str, timeout: float = 240.0) -> float:
     """`kubectl delete ensemble`, then wait until the Ensemble and everything it made (objects and pods) are
     gone; returns the seconds that took. The garbage collector does the deleting: usually 6 s here, once 66 s
     (the timeout leaves room for that; the figure goes to the results)."""
