@@ -139,3 +139,25 @@ class RealStack:
         lines.append("--- events\n" + str(events)[-2500:])
         lines.append("--- operator\n" + self.operator_log()[-2500:])
         return "\n".join(lines)
+
+    def container_id(self, ns: str, pod: str, container: str = "runtime") -> str:
+        """The containerd id of `container`'s current instance in `pod` (from the pod's status)."""
+        found = self.cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{pod}")
+        statuses = found.get("status", {}).get("containerStatuses", [])
+        status = next(s for s in statuses if s["name"] == container)
+        runtime, _, cid = str(status["containerID"]).partition("://")
+        if runtime != "containerd" or not cid:
+            raise RuntimeError(f"unexpected containerID {status['containerID']!r} of {ns}/{pod}/{container}")
+        return cid
+
+    def kill_container(self, ns: str, pod: str, container: str = "runtime") -> None:
+        """SIGKILL to the container's main process, through containerd (as the kernel's OOM killer would)."""
+        self.node.ctr("tasks", "kill", "--signal", "SIGKILL", self.container_id(ns, pod, container))
+
+    def tag_runtime_image(self, suffix: str) -> str:
+        """A second reference to the imported runtime image (same repository, tag `<key><suffix>`): a new
+        image for an Ensemble to roll to, allowed by the chart's default (the runtime image's repository)."""
+        reference = f"{self.runtime_image.repository}:{self.runtime_image.tag}{suffix}"
+        if reference not in self.node.ctr("images", "list", "--quiet").stdout.split():
+            self.node.ctr("images", "tag", self.runtime_image.reference, reference)
+        return reference
