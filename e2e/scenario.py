@@ -1,10 +1,8 @@
-"""End-to-end helpers: the whole stack (control plane, kubelet stand-in, MinIO with the example repository,
-the chart installed with Helm, the operator as a local process) and what the scenario and rollover tests do
-with it: apply manifests with kubectl, wait on Ensemble conditions, read the endpoints a client would use,
-and check that deleting an Ensemble leaves nothing behind.
+"""End-to-end helpers: the example repository in MinIO and what the scenario and rollover tests do with a
+stack (`e2e.real_stack`): apply manifests with kubectl, wait on Ensemble conditions, read the endpoints a
+client would use, and check that deleting an Ensemble leaves nothing behind.
 
-The chart, the operator process and the Ensemble helpers are the operator integration tests'
-(`tests.integration.operator.support`); this module only wires them to a node that really runs pods.
+The Ensemble helpers are the operator integration tests' (`tests.integration.operator.support`).
 """
 
 from __future__ import annotations
@@ -13,32 +11,14 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from ensemble_examples.repository import build_repository
 
-from e2e.kubelet import KubeletStandIn
 from tests.infra.controlplane import ControlPlane
-from tests.infra.minio import MinioServer
-from tests.integration.operator.support import (
-    CHART,
-    FULLNAME,
-    GROUP_PATH,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    SERVICE_ACCOUNT,
-    OperatorProcess,
-    Release,
-    condition,
-    ensemble,
-    get,
-    helm_values_file,
-    wait_for,
-    write_webhook_tls,
-)
+from tests.integration.operator.support import GROUP_PATH, condition, ensemble, get, wait_for
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -47,27 +27,10 @@ JSON = dict[str, Any]
 BUCKET = "models"
 COMPLETE_MARKER = ".complete"
 RESULTS = Path(__file__).resolve().parent / "results"
-POD_CIDR = "10.251.0.0/24"  # not the kubelet tests' 10.250.0.0/24, so the two stand-ins never share an IP
 ENSEMBLE_LABEL = "serving.ensemble.dev/ensemble"
-NO_NODE_LABEL = "ensemble.e2e/operator-pod-runs-locally"
 
 
-# ---------------------------------------------------------------- the stack
-
-
-def install_chart(cp: ControlPlane, workdir: Path, webhook_port: int) -> Release:
-    """`helm install` of the chart in URL webhook mode. The operator runs as a local process instead of the
-    chart's pod: that pod is pinned to a node that does not exist (the only node runs the runtime pods),
-    and its Deployment is then scaled to zero (the chart's schema wants replicaCount >= 1)."""
-    values = {**Release.values(webhook_port), "nodeSelector": {NO_NODE_LABEL: "true"}}
-    cp.helm(
-        "install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-        "-f", str(helm_values_file(workdir, values)), "--timeout", "120s",
-    )  # fmt: skip
-    cp.kubectl("scale", "-n", RELEASE_NAMESPACE, "deployment", FULLNAME, "--replicas=0")
-    cert, key = write_webhook_tls(cp, workdir / "tls")
-    kubeconfig = cp.service_account_kubeconfig(RELEASE_NAMESPACE, SERVICE_ACCOUNT, path=workdir / "sa.kubeconfig")
-    return Release(webhook_port=webhook_port, cert_path=cert, key_path=key, kubeconfig=kubeconfig)
+# ---------------------------------------------------------------- storage
 
 
 def upload_tree(s3: S3Client, root: Path, *, markers: bool = True) -> int:
@@ -97,40 +60,6 @@ class Cluster(Protocol):
     cp: ControlPlane
 
     def diagnostics(self, ns: str, name: str) -> str: ...
-
-
-@dataclass
-class Stack:
-    cp: ControlPlane
-    kubelet: KubeletStandIn
-    minio: MinioServer
-    release: Release
-    operator: OperatorProcess
-    s3: S3Client = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.s3 = self.minio.boto3_client()
-
-    def documents(self, folder: str) -> list[JSON]:
-        from ensemble_examples.manifests import scenario_documents
-
-        return scenario_documents(
-            folder,
-            s3_endpoint_url=self.minio.endpoint_url,
-            access_key_id=self.minio.access_key,
-            secret_access_key=self.minio.secret_key,
-        )
-
-    def diagnostics(self, ns: str, name: str) -> str:
-        """The Ensemble's status, its pods and the tail of each runtime log and of the operator's log."""
-        obj = ensemble(self.cp, ns, name)
-        lines = [f"status: {json.dumps((obj or {}).get('status'))}"]
-        for pod in pods_of(self.cp, ns, name):
-            pod_name = pod["metadata"]["name"]
-            lines.append(f"--- pod {pod_name}: {json.dumps(pod.get('status', {}).get('containerStatuses'))}")
-            lines.append(self.kubelet.logs(ns, pod_name, "runtime")[-2500:])
-        lines.append("--- operator\n" + self.operator.log()[-2500:])
-        return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- kubectl and the API

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from e2e.kubelet import KubeletStandIn
-from e2e.kubelet.network import ensure_bridge
 from e2e.real_stack import NODE_GPUS, RealStack, chart_values, node_archive
 from e2e.real_stack import install_chart as install_chart_in_cluster
-from e2e.scenario import POD_CIDR, Stack, install_chart, record, upload_example_repository
+from e2e.scenario import record, upload_example_repository
 from tests.infra.conftest_plugin import CONTROL_PLANE_BINARIES, control_plane, tool_locator
 from tests.infra.controlplane import ApiError, ControlPlane
 from tests.infra.images import require_image
@@ -21,17 +20,10 @@ from tests.infra.minio import MinioServer
 from tests.infra.node import RealNode
 from tests.infra.node_config import CNI_BIN_DIR
 from tests.infra.node_host import primary_ipv4
-from tests.infra.process import free_port, poll_until
+from tests.infra.process import poll_until
 from tests.infra.tools import ToolLocator, require
-from tests.integration.operator.support import OperatorProcess
 
-__all__ = ["control_plane", "kubelet", "namespace", "real_stack", "stack", "tool_locator"]
-
-
-# A real kubelet refreshes mounted ConfigMaps on its periodic sync (a minute or more after a change) or at
-# once when the pod object changes. Longer than any wait here: a Model change reaches the pods only because
-# the operator marks them with the new config's hash, as it must on a real cluster.
-VOLUME_SYNC_PERIOD = 300.0
+__all__ = ["control_plane", "kubelet", "namespace", "real_stack", "tool_locator"]
 
 
 @pytest.fixture(scope="module")
@@ -67,37 +59,6 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     except ApiError as exc:
         if exc.status != 404:
             raise
-
-
-@pytest.fixture(scope="session")
-def stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The whole system for the scenario and rollover tests, started once per session: an own control
-    plane whose only node is the kubelet stand-in (no kwok nodes, so every pod really runs), MinIO with the
-    example repository in bucket `models` (a `.complete` marker per version), the chart installed with
-    Helm (URL webhook mode, no operator pod) and the operator as a local process with the chart's
-    ServiceAccount credentials."""
-    if os.geteuid() != 0:
-        pytest.skip("the kubelet stand-in needs root: network and mount namespaces, bind mounts")
-    require(*CONTROL_PLANE_BINARIES, "helm", "minio", locator=tool_locator)
-    workdir = tmp_path_factory.mktemp("e2e-stack")
-    keep = os.environ.get("ENSEMBLE_KEEP_WORKDIR", "") in {"1", "true", "yes"}
-    s3_host = ensure_bridge(POD_CIDR)  # the pods' gateway: S3 listens there, reachable from every pod
-    with (
-        ControlPlane(nodes=(), locator=tool_locator, keep_workdir=keep) as cp,
-        MinioServer(locator=tool_locator, host=s3_host) as minio,
-        KubeletStandIn(
-            cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR, sync_period=VOLUME_SYNC_PERIOD
-        ) as standin,
-    ):
-        poll_until(lambda: cp.node_ready(standin.node_name), timeout=30, what=f"node {standin.node_name} Ready")
-        upload_example_repository(minio.boto3_client(), workdir)
-        release = install_chart(cp, workdir / "release", free_port())
-        operator = OperatorProcess("e2e-operator", release, workdir / "operator", priority=100)
-        operator.start()
-        try:
-            yield Stack(cp, standin, minio, release, operator)
-        finally:
-            operator.stop()
 
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr")
