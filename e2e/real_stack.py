@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.infra.images import ImageArtifact
 from tests.infra.minio import MinioServer
 from tests.infra.node import RealNode
 from tests.infra.node_images import ImageArchive
+from tests.infra.process import poll_until
 from tests.integration.operator.support import (
     CHART,
     FULLNAME,
@@ -83,6 +85,19 @@ def install_chart(cp: ControlPlane, workdir: Path, values: Mapping[str, Any], ti
         "install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
         "-f", str(helm_values_file(workdir, values)), "--wait", "--timeout", f"{timeout_s}s",
     )  # fmt: skip
+    # Ready is not yet reachable: kube-proxy may not have written the Service's rules, and the API server
+    # calls the webhook through them. Wait until its ClusterIP accepts a connection, as the API server's will.
+    service = cp.api("GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/services/{FULLNAME}-webhook")
+    address = (service["spec"]["clusterIP"], int(service["spec"]["ports"][0]["port"]))
+    poll_until(lambda: _accepts(address), timeout=timeout_s, what=f"the webhook Service at {address[0]}:{address[1]}")
+
+
+def _accepts(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 @dataclass
