@@ -1,10 +1,8 @@
-"""End-to-end helpers: the whole stack (control plane, kubelet stand-in, MinIO with the example repository,
-the chart installed with Helm, the operator as a local process) and what the scenario and rollover tests do
-with it: apply manifests with kubectl, wait on Ensemble conditions, read the endpoints a client would use,
-and check that deleting an Ensemble leaves nothing behind.
+"""End-to-end helpers: the example repository in MinIO and what the scenario and rollover tests do with a
+stack (`e2e.real_stack`): apply manifests with kubectl, wait on Ensemble conditions, read the endpoints a
+client would use, and check that deleting an Ensemble leaves nothing behind.
 
-The chart, the operator process and the Ensemble helpers are the operator integration tests'
-(`tests.integration.operator.support`); this module only wires them to a node that really runs pods.
+The Ensemble helpers are the operator integration tests' (`tests.integration.operator.support`).
 """
 
 from __future__ import annotations
@@ -13,32 +11,14 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from ensemble_examples.repository import build_repository
 
-from e2e.kubelet import KubeletStandIn
 from tests.infra.controlplane import ControlPlane
-from tests.infra.minio import MinioServer
-from tests.integration.operator.support import (
-    CHART,
-    FULLNAME,
-    GROUP_PATH,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    SERVICE_ACCOUNT,
-    OperatorProcess,
-    Release,
-    condition,
-    ensemble,
-    get,
-    helm_values_file,
-    wait_for,
-    write_webhook_tls,
-)
+from tests.integration.operator.support import GROUP_PATH, condition, ensemble, get, wait_for
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -47,27 +27,10 @@ JSON = dict[str, Any]
 BUCKET = "models"
 COMPLETE_MARKER = ".complete"
 RESULTS = Path(__file__).resolve().parent / "results"
-POD_CIDR = "10.251.0.0/24"  # not the kubelet tests' 10.250.0.0/24, so the two stand-ins never share an IP
 ENSEMBLE_LABEL = "serving.ensemble.dev/ensemble"
-NO_NODE_LABEL = "ensemble.e2e/operator-pod-runs-locally"
 
 
-# ---------------------------------------------------------------- the stack
-
-
-def install_chart(cp: ControlPlane, workdir: Path, webhook_port: int) -> Release:
-    """`helm install` of the chart in URL webhook mode. The operator runs as a local process instead of the
-    chart's pod: that pod is pinned to a node that does not exist (the only node runs the runtime pods),
-    and its Deployment is then scaled to zero (the chart's schema wants replicaCount >= 1)."""
-    values = {**Release.values(webhook_port), "nodeSelector": {NO_NODE_LABEL: "true"}}
-    cp.helm(
-        "install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-        "-f", str(helm_values_file(workdir, values)), "--timeout", "120s",
-    )  # fmt: skip
-    cp.kubectl("scale", "-n", RELEASE_NAMESPACE, "deployment", FULLNAME, "--replicas=0")
-    cert, key = write_webhook_tls(cp, workdir / "tls")
-    kubeconfig = cp.service_account_kubeconfig(RELEASE_NAMESPACE, SERVICE_ACCOUNT, path=workdir / "sa.kubeconfig")
-    return Release(webhook_port=webhook_port, cert_path=cert, key_path=key, kubeconfig=kubeconfig)
+# ---------------------------------------------------------------- storage
 
 
 def upload_tree(s3: S3Client, root: Path, *, markers: bool = True) -> int:
@@ -91,38 +54,12 @@ def upload_example_repository(s3: S3Client, workdir: Path) -> int:
     return upload_tree(s3, root)
 
 
-@dataclass
-class Stack:
+class Cluster(Protocol):
+    """What the helpers below need of a stack: its control plane and what to print when a wait fails."""
+
     cp: ControlPlane
-    kubelet: KubeletStandIn
-    minio: MinioServer
-    release: Release
-    operator: OperatorProcess
-    s3: S3Client = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.s3 = self.minio.boto3_client()
-
-    def documents(self, folder: str) -> list[JSON]:
-        from ensemble_examples.manifests import scenario_documents
-
-        return scenario_documents(
-            folder,
-            s3_endpoint_url=self.minio.endpoint_url,
-            access_key_id=self.minio.access_key,
-            secret_access_key=self.minio.secret_key,
-        )
-
-    def diagnostics(self, ns: str, name: str) -> str:
-        """The Ensemble's status, its pods and the tail of each runtime log and of the operator's log."""
-        obj = ensemble(self.cp, ns, name)
-        lines = [f"status: {json.dumps((obj or {}).get('status'))}"]
-        for pod in pods_of(self.cp, ns, name):
-            pod_name = pod["metadata"]["name"]
-            lines.append(f"--- pod {pod_name}: {json.dumps(pod.get('status', {}).get('containerStatuses'))}")
-            lines.append(self.kubelet.logs(ns, pod_name, "runtime")[-2500:])
-        lines.append("--- operator\n" + self.operator.log()[-2500:])
-        return "\n".join(lines)
+    def diagnostics(self, ns: str, name: str) -> str: ...
 
 
 # ---------------------------------------------------------------- kubectl and the API
@@ -197,7 +134,7 @@ def is_ready(obj: JSON) -> bool:
 
 
 def wait_ensemble(
-    stack: Stack, ns: str, name: str, predicate: Callable[[JSON], bool], what: str, timeout: float = 120.0
+    stack: Cluster, ns: str, name: str, predicate: Callable[[JSON], bool], what: str, timeout: float = 120.0
 ) -> JSON:
     def probe() -> JSON | None:
         obj = ensemble(stack.cp, ns, name)
@@ -217,7 +154,7 @@ def owned_paths(ns: str, name: str) -> Mapping[str, str]:
     }
 
 
-def delete_and_wait_gone(stack: Stack, ns: str, name: str, timeout: float = 240.0) -> float:
+def delete_and_wait_gone(stack: Cluster, ns: str, name: str, timeout: float = 240.0) -> float:
     """`kubectl delete ensemble`, then wait until the Ensemble and everything it made (objects and pods) are
     gone; returns the seconds that took. The garbage collector does the deleting: usually 6 s here, once 66 s
     (the timeout leaves room for that; the figure goes to the results)."""

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,22 +10,20 @@ from pathlib import Path
 import pytest
 
 from e2e.kubelet import KubeletStandIn
-from e2e.kubelet.network import ensure_bridge
-from e2e.scenario import POD_CIDR, Stack, install_chart, upload_example_repository
+from e2e.real_stack import NODE_GPUS, RealStack, chart_values, node_archive
+from e2e.real_stack import install_chart as install_chart_in_cluster
+from e2e.scenario import record, upload_example_repository
 from tests.infra.conftest_plugin import CONTROL_PLANE_BINARIES, control_plane, tool_locator
 from tests.infra.controlplane import ApiError, ControlPlane
+from tests.infra.images import require_image
 from tests.infra.minio import MinioServer
-from tests.infra.process import free_port, poll_until
+from tests.infra.node import RealNode
+from tests.infra.node_config import CNI_BIN_DIR
+from tests.infra.node_host import primary_ipv4
+from tests.infra.process import poll_until
 from tests.infra.tools import ToolLocator, require
-from tests.integration.operator.support import OperatorProcess
 
-__all__ = ["control_plane", "kubelet", "namespace", "stack", "tool_locator"]
-
-
-# A real kubelet refreshes mounted ConfigMaps on its periodic sync (a minute or more after a change) or at
-# once when the pod object changes. Longer than any wait here: a Model change reaches the pods only because
-# the operator marks them with the new config's hash, as it must on a real cluster.
-VOLUME_SYNC_PERIOD = 300.0
+__all__ = ["control_plane", "kubelet", "namespace", "real_stack", "tool_locator"]
 
 
 @pytest.fixture(scope="module")
@@ -61,32 +61,66 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
             raise
 
 
-@pytest.fixture(scope="session")
-def stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The whole system for the scenario and rollover tests, started once per session: an own control
-    plane whose only node is the kubelet stand-in (no kwok nodes, so every pod really runs), MinIO with the
-    example repository in bucket `models` (a `.complete` marker per version), the chart installed with
-    Helm (URL webhook mode, no operator pod) and the operator as a local process with the chart's
-    ServiceAccount credentials."""
+NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr")
+
+
+def real_node_unavailable_reason() -> str | None:
+    """Why this machine cannot run a real node, or None."""
     if os.geteuid() != 0:
-        pytest.skip("the kubelet stand-in needs root: network and mount namespaces, bind mounts")
-    require(*CONTROL_PLANE_BINARIES, "helm", "minio", locator=tool_locator)
-    workdir = tmp_path_factory.mktemp("e2e-stack")
+        return "a real node needs root"
+    if shutil.which("runc") is None:
+        return "runc is not installed (apt-get install runc)"
+    if not (CNI_BIN_DIR / "bridge").exists():
+        return f"no CNI plugins in {CNI_BIN_DIR} (apt-get install containernetworking-plugins)"
+    if shutil.which("iptables") is None:
+        return "iptables is not installed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def real_stack(tool_locator: ToolLocator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
+    """The whole system on a real node, started once per session: an own control plane advertising the
+    host's routable address, a RealNode with the runtime and operator images (`make images`) imported, MinIO
+    on that address with the example repository in bucket `models`, and the chart installed with Helm (the
+    operator in the cluster). Its start-up figures go to e2e/results/real_node.json."""
+    reason = real_node_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    require(*CONTROL_PLANE_BINARIES, *NODE_BINARIES, "helm", "minio", locator=tool_locator)
+    runtime_image = require_image("runtime-cpu")
+    operator_image = require_image("operator")
+    workdir = tmp_path_factory.mktemp("e2e-real-stack")
     keep = os.environ.get("ENSEMBLE_KEEP_WORKDIR", "") in {"1", "true", "yes"}
-    s3_host = ensure_bridge(POD_CIDR)  # the pods' gateway: S3 listens there, reachable from every pod
+    address = primary_ipv4()
+    began = time.monotonic()
     with (
-        ControlPlane(nodes=(), locator=tool_locator, keep_workdir=keep) as cp,
-        MinioServer(locator=tool_locator, host=s3_host) as minio,
-        KubeletStandIn(
-            cp.kubeconfig_path, workdir=workdir / "kubelet", pod_cidr=POD_CIDR, sync_period=VOLUME_SYNC_PERIOD
-        ) as standin,
+        ControlPlane(nodes=(), routable_address=address, locator=tool_locator, keep_workdir=keep) as cp,
+        MinioServer(locator=tool_locator, host=address) as minio,
+        RealNode(
+            cp,
+            images=[node_archive(runtime_image), node_archive(operator_image)],
+            gpus=NODE_GPUS,
+            locator=tool_locator,
+            keep_workdir=keep,
+        ) as node,
     ):
-        poll_until(lambda: cp.node_ready(standin.node_name), timeout=30, what=f"node {standin.node_name} Ready")
         upload_example_repository(minio.boto3_client(), workdir)
-        release = install_chart(cp, workdir / "release", free_port())
-        operator = OperatorProcess("e2e-operator", release, workdir / "operator", priority=100)
-        operator.start()
-        try:
-            yield Stack(cp, standin, minio, release, operator)
-        finally:
-            operator.stop()
+        chart_began = time.monotonic()
+        install_chart_in_cluster(cp, workdir / "release", chart_values(runtime_image, operator_image))
+        stack = RealStack(cp, node, minio, runtime_image, operator_image)
+        info = stack.node_info()
+        record(
+            "real_node.json",
+            "stack",
+            {
+                "containerRuntimeVersion": info["containerRuntimeVersion"],
+                "kubeletVersion": info["kubeletVersion"],
+                "runtime_image": runtime_image.reference,
+                "operator_image": operator_image.reference,
+                "node_start_s": round(node.timings["start"], 1),
+                "image_import_s": round(node.timings["images"], 1),
+                "helm_install_wait_s": round(time.monotonic() - chart_began, 1),
+                "stack_start_s": round(time.monotonic() - began, 1),
+            },
+        )
+        yield stack

@@ -1,10 +1,11 @@
-"""Rollover and failures end to end, under steady load balanced across the ready endpoints.
+"""Rollover and failures end to end on a real node, under steady load balanced across the ready endpoints.
 
 One Ensemble `pair`: steps a and b, Models `step-a`/`step-b` (the example `versioned` ONNX model, which
 answers Y = X + version and the version), side by side on X, so every response names both step versions;
 2 replicas, latest-1 policy, S3 polled every 2 s. Steps, in order: new versions uploaded; a corrupt version
 then its correction; MinIO stopped then restarted; a version pinned through the Models; the runtime image
-changed (pods roll); a runtime process killed; an invalid Ensemble applied; the Ensemble deleted.
+changed (pods roll to a second tag of the built runtime image); a runtime container's process killed
+(containerd, SIGKILL: the kubelet restarts it); an invalid Ensemble applied; the Ensemble deleted.
 
 Per step the failed and mixed responses and p99 over the steady p99 go to e2e/results/rollover.json.
 "Mixed" is a response from a version set other than the one before or the one after the step (or with
@@ -17,7 +18,6 @@ import base64
 import hashlib
 import json
 import os
-import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,10 +28,10 @@ import pytest
 from ensemble_examples import onnx_models
 
 from e2e.load import BalancedLoad, Outcome, p99, summarize
+from e2e.real_stack import RealStack
 from e2e.scenario import (
     BUCKET,
     JSON,
-    Stack,
     delete_and_wait_gone,
     is_ready,
     kubectl_apply,
@@ -43,7 +43,7 @@ from e2e.scenario import (
 )
 from tests.integration.operator.support import condition, new_namespace, wait_for
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.s3, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.realnode, pytest.mark.controlplane, pytest.mark.s3, pytest.mark.timeout(900)]
 
 NAME = "pair"
 STEPS = {"step-a": "step_a", "step-b": "step_b"}  # Model -> S3 prefix
@@ -52,7 +52,7 @@ SWITCH_TIMEOUT = 60.0
 STEADY_REQUESTS = 300
 
 
-def step_model(stack: Stack, name: str, policy: JSON) -> JSON:
+def step_model(stack: RealStack, name: str, policy: JSON) -> JSON:
     tensor = {"dataType": "TYPE_FP32", "dims": [4]}
     return {
         "apiVersion": GROUP,
@@ -119,7 +119,7 @@ LATEST_1: JSON = {"latest": {"numVersions": 1}}
 class Rollover:
     """The state the steps share: the stack, the namespace, the load and the figures."""
 
-    def __init__(self, stack: Stack, ns: str, workdir: Path) -> None:
+    def __init__(self, stack: RealStack, ns: str, workdir: Path) -> None:
         self.stack, self.ns, self.workdir = stack, ns, workdir
         self.load: BalancedLoad | None = None
         self.steady_p99: float | None = None
@@ -211,7 +211,8 @@ class Rollover:
 
 
 @pytest.fixture
-def rollover(stack: Stack, tmp_path: Path) -> Iterator[Rollover]:
+def rollover(real_stack: RealStack, tmp_path: Path) -> Iterator[Rollover]:
+    stack = real_stack
     ns = new_namespace(stack.cp, "e2e-rollover")
     state = Rollover(stack, ns, tmp_path)
     try:
@@ -298,10 +299,11 @@ def test_rollover_and_failures_under_load(rollover: Rollover) -> None:
         assert (fig["failed"], fig["mixed"]) == (0, 0), fig
 
         # 5. The runtime image changed: the pods roll, no request fails.
+        new_image = stack.tag_runtime_image("-e2e")
         since = time.monotonic()
         stack.cp.kubectl(
             "patch", "ensemble", NAME, "-n", r.ns, "--type=merge",
-            "-p", json.dumps({"spec": {"runtime": {"image": "ghcr.io/ensemble-operator/ensemble-runtime:0.1.1-e2e"}}}),
+            "-p", json.dumps({"spec": {"runtime": {"image": new_image}}}),
         )  # fmt: skip
         rolled = wait_for(
             lambda: p if len(p := r.pods()) == 2 and not set(p) & set(before) else None,
@@ -319,10 +321,8 @@ def test_rollover_and_failures_under_load(rollover: Rollover) -> None:
         # 6. A runtime process killed: its pod restarts; the other replica answers everything.
         pod = next(p for p in live_pods(stack.cp, r.ns, NAME) if p["metadata"]["uid"] in rolled)
         pod_name, pod_ip, uid = pod["metadata"]["name"], pod["status"]["podIP"], pod["metadata"]["uid"]
-        pid = stack.kubelet.container_pid(r.ns, pod_name, "runtime")
-        assert pid is not None
         since = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        stack.kill_container(r.ns, pod_name, "runtime")
         wait_for(
             lambda: r.pods().get(uid) == rolled[uid] + 1, f"{pod_name} restarted", timeout=60,
             detail=lambda: stack.diagnostics(r.ns, NAME),
