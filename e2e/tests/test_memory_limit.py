@@ -1,12 +1,13 @@
 """A memory limit enforced by the kernel on the real node: a model version whose load exceeds the runtime
 container's memory limit is OOM-killed, the kubelet restarts the container, and the runtime's load journal
 (on the pod's cache emptyDir, kept across the restart) keeps it from loading that version again: the
-container is not killed again (no crash loop).
+container is not killed again (no crash loop), and version 1 serves again.
 
 Model `hog` (python backend, Y = X + version): version 1 is small; version 2 fills more memory in
 `initialize` than the container may use.
 
-Found by this test: the restarted runtime does not fall back to version 1 (see the end of the test).
+Found by this test: the restarted runtime did not fall back to version 1 (the S3 sync had dropped it from the
+cache); fixed in repository.remote.version_changes, tests/integration/s3/test_load_journal_s3.py.
 """
 
 from __future__ import annotations
@@ -166,15 +167,24 @@ def test_a_version_over_the_memory_limit_is_oom_killed_and_not_loaded_again(
         status = runtime_status(stack, ns)
         assert status["restartCount"] == 1, status  # one kill, one restart
         assert "running" in status["state"], status
-        # Not yet: serving version 1 again. The docs (docs/s3.md, "Load journal") say the version policy then
-        # picks among the other versions (latest 1 over versions 1 and 2: version 1 serves); on this S3
-        # repository the restarted runtime reports `failed to load 'hog': version 2: the runtime died while
-        # loading this version` and serves nothing, so the pod stays unready. Found here; left to the runtime.
-        print(f"\nOOM: killed {oom_seconds:.1f} s after the upload; journal honoured after {journal_seconds:.1f} s")
+        # And version 1 serves again (docs/s3.md, "Load journal": latest 1 over versions 1 and 2 picks 1): the
+        # sync fetched it back from S3 for the fallback; the Ensemble is Ready and answers through its Service.
+        wait_ensemble(stack, ns, NAME, is_ready, "Ready again on version 1", timeout=180)
+        assert wait_for(lambda: infer(service), f"v1 answers through {service} again", timeout=60) == [
+            1.0, 2.0, 3.0, 4.0,
+        ]  # fmt: skip
+        fallback_seconds = time.monotonic() - began
+        assert runtime_status(stack, ns)["restartCount"] == 1
+        print(f"\nOOM: killed {oom_seconds:.1f} s after the upload; journal honoured after {journal_seconds:.1f} s; "
+              f"v1 serving again after {fallback_seconds:.1f} s")
         record(
             "real_node.json",
             "memory limit",
-            {"oom_killed_after_upload_s": round(oom_seconds, 1), "journal_reported_s": round(journal_seconds, 1)},
+            {
+                "oom_killed_after_upload_s": round(oom_seconds, 1),
+                "journal_reported_s": round(journal_seconds, 1),
+                "serving_v1_again_s": round(fallback_seconds, 1),
+            },
         )
     finally:
         stack.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)

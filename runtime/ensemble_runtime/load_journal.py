@@ -81,6 +81,11 @@ class LoadJournal:
         """Whether this exact version was loading when an earlier process died."""
         return JournalKey(model, version, fingerprint) in self._died
 
+    def died_versions(self, model: str) -> frozenset[int]:
+        """The versions of `model` an earlier process died loading, whatever their content (the repository
+        sync keeps them and the versions to fall back on: repository.remote.version_changes)."""
+        return frozenset(key.version for key in self._died if key.model == model)
+
     def any_died(self, model: str) -> bool:
         return any(key.model == model for key in self._died)
 

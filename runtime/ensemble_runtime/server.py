@@ -34,7 +34,7 @@ from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.s3 import S3Settings
-from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source
+from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source, no_deaths
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, RuntimeSettings
@@ -48,16 +48,18 @@ def default_backends() -> dict[str, Backend]:
     return {"onnxruntime": OnnxRuntimeBackend(), "python": PythonBackend(), "tensorrt": TensorRTBackend()}
 
 
-def build_sources(settings: RuntimeSettings, cache: Path) -> list[Source]:
-    """One cached source per s3:// repository, and one for the operator's repository config file."""
+def build_sources(settings: RuntimeSettings, cache: Path, journal: LoadJournal | None = None) -> list[Source]:
+    """One cached source per s3:// repository, and one for the operator's repository config file. With a
+    load journal, a version that killed an earlier process is kept with the versions to fall back on."""
     s3 = S3Settings(endpoint_url=settings.s3_endpoint_url, region=settings.s3_region)
+    died = journal.died_versions if journal is not None else no_deaths
     sources: list[Source] = [
-        S3Source(uri, cache / f"s3-{index}", s3, settle_secs=settings.repository_settle_secs)
+        S3Source(uri, cache / f"s3-{index}", s3, settle_secs=settings.repository_settle_secs, died_versions=died)
         for index, uri in enumerate(r for r in settings.model_repositories if r.startswith("s3://"))
     ]
     if settings.repository_config is not None:
         sources.append(RepositoryConfigSource(settings.repository_config, cache / "config", s3,
-                                              settle_secs=settings.repository_settle_secs))
+                                              settle_secs=settings.repository_settle_secs, died_versions=died))
     return sources
 
 
@@ -96,11 +98,12 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
         return holder[0].infer_stream(request)
 
     cache = settings.model_cache_dir or Path(tempfile.mkdtemp(prefix="ensemble-runtime-cache-"))
-    storage = Storage(build_sources(settings, cache), registry)
+    journal = build_journal(settings)
+    storage = Storage(build_sources(settings, cache, journal), registry)
     roots = [Path(r) for r in settings.model_repositories if "://" not in r] + storage.roots
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
     loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
-                           device_free=make_device_free(os.environ), journal=build_journal(settings),
+                           device_free=make_device_free(os.environ), journal=journal,
                            timeout_secs=settings.model_load_timeout_secs, max_instances=settings.max_instances_per_model,
                            stream_caller=stream_model)
 

@@ -214,12 +214,16 @@ def version_changes(
     policy: mc.ModelVersionPolicy,
     in_use: Collection[int] = (),
     ensemble: bool = False,
+    died: Collection[int] = (),
 ) -> VersionChanges:
     """Which versions to download and remove for one model.
 
     `cached` maps each version folder in the cache to the manifest it was downloaded with (None when
     unknown, e.g. left by an interrupted sync). Selection follows the version policy over the complete
     versions plus the cached versions whose new upload is still pending (they stay served meanwhile).
+    `died`: versions the load journal says killed an earlier process while loading. They stay selected (a
+    fixed re-upload under the same number must be seen), and the versions the policy picks without them are
+    kept too, so that the runtime has the fallback the journal promises (with `latest: 1`, version 1).
     """
     present = set(listing.versions)
     # What the cache already holds byte for byte (same keys, sizes and ETags) needs no second look.
@@ -230,6 +234,8 @@ def version_changes(
         return _empty_ensemble_changes(cached, in_use)
     selection = select_versions(policy, available)
     selected = set(selection.selected)
+    if selected & set(died):
+        selected |= set(select_versions(policy, available - set(died)).selected)
     download = sorted(v for v in selected if v in complete and cached.get(v) != listing.versions[v].files)
     dropping = sorted(v for v in cached if v not in selected)
     remove = tuple(v for v in dropping if v not in in_use)

@@ -50,6 +50,13 @@ from ensemble_runtime.repository.sync import ConfigText, ModelOutcome, OriginErr
 
 log = logging.getLogger(__name__)
 
+# The versions of a model the load journal says killed an earlier process while loading (LoadJournal.died_versions).
+DiedVersions = Callable[[str], frozenset[int]]
+
+
+def no_deaths(_model: str) -> frozenset[int]:
+    return frozenset()
+
 _FETCH_ERRORS: tuple[type[BaseException], ...] = (StorageError, OriginError)
 
 
@@ -178,8 +185,10 @@ class S3Source:
         *,
         settle_secs: float = 1.0,
         concurrency: int = 4,
+        died_versions: DiedVersions = no_deaths,
     ) -> None:
-        self.location = parse_s3_uri(uri)  # RemoteURIError: a configuration error, raised at startup
+        self.location = parse_s3_uri(uri)
+        self._died_versions = died_versions  # RemoteURIError: a configuration error, raised at startup
         self.root = cache_dir
         self._settings = settings or S3Settings()
         self._settle_secs = settle_secs
@@ -240,7 +249,7 @@ class S3Source:
             origin = S3Origin(storage, self.location.child(name))
             return materialise_model(
                 self._cache, name, origin, listings.get(name), previous.get(name),
-                serving.get(name, set()), fetch_errors=_FETCH_ERRORS,
+                serving.get(name, set()), fetch_errors=_FETCH_ERRORS, died=self._died_versions(name),
             )  # fmt: skip
 
         await _gather_models(scope, work, report, self._concurrency)
@@ -264,8 +273,10 @@ class RepositoryConfigSource:
         *,
         settle_secs: float = 1.0,
         concurrency: int = 4,
+        died_versions: DiedVersions = no_deaths,
     ) -> None:
         self.config_path = config_path
+        self._died_versions = died_versions
         self.root = cache_dir
         self._settings = settings or S3Settings()
         self._settle_secs = settle_secs
@@ -393,7 +404,8 @@ class RepositoryConfigSource:
             listing = before = list_local(name, Path(model.source))  # local directories count as complete
             self._local[name] = listing
         return materialise_model(
-            self._cache, name, origin, listing, before, in_use, override, _FETCH_ERRORS, force_name=True
+            self._cache, name, origin, listing, before, in_use, override, _FETCH_ERRORS, force_name=True,
+            died=self._died_versions(name),
         )
 
 

@@ -72,12 +72,14 @@ def materialise_model(
     config_override: ConfigText | None = None,
     fetch_errors: tuple[type[BaseException], ...] = (OriginError,),
     force_name: bool = False,
+    died: Collection[int] = (),
 ) -> ModelOutcome:
     """Bring `<cache>/<name>` in line with `listing` (None: the model is gone). Blocking; never raises for
     errors of the origin (`fetch_errors`) or of the model's config: they are returned per model/version.
 
     `force_name`: a config naming another model is cached with its name replaced (the operator's file names
-    models independently of their sources); otherwise such a config is an error, as in Triton."""
+    models independently of their sources); otherwise such a config is an error, as in Triton. `died`: the
+    versions the load journal holds for this model (see version_changes)."""
     outcome = ModelOutcome()
     if listing is None or (listing.config is None and not listing.versions and config_override is None):
         _remove_model(cache, name, in_use, outcome)
@@ -93,7 +95,7 @@ def materialise_model(
     policy = config.version_policy if config is not None else apply_defaults(mc.ModelConfig(), name).version_policy
     ensemble = config is not None and is_ensemble(config)
     complete = complete_versions(listing, previous)
-    changes = version_changes(listing, complete, cache.versions(name), policy, in_use, ensemble)
+    changes = version_changes(listing, complete, cache.versions(name), policy, in_use, ensemble, died)
     outcome.awaited = changes.awaited
     for version in changes.download:
         files = listing.versions[version].files

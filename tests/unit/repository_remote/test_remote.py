@@ -213,6 +213,18 @@ def test_version_changes_for_ensemble_without_versions() -> None:
     assert changes.empty_version and changes.selected == (1,) and changes.remove == (2,)
 
 
+def test_a_version_that_died_loading_keeps_the_version_to_fall_back_on() -> None:
+    """latest(1) over v1..v3 with v3 in the load journal: v3 stays (a fixed re-upload must be seen) and v2, the
+    policy's pick without it, is downloaded (or kept) so the restarted runtime has something to serve."""
+    fresh = version_changes(THREE, {1, 2, 3}, {3: B}, latest(1), (), died=(3,))
+    assert fresh.selected == (2, 3) and fresh.download == (2,) and fresh.remove == ()
+    kept = version_changes(THREE, {1, 2, 3}, {2: A, 3: B}, latest(1), (), died=(3,))
+    assert kept.selected == (2, 3) and kept.download == () and kept.remove == ()
+    # a version the policy does not pick anyway changes nothing; once the journal forgets v3, v2 goes
+    assert version_changes(THREE, {1, 2, 3}, {3: B}, latest(1), (), died=(1,)).selected == (3,)
+    assert version_changes(THREE, {1, 2, 3}, {2: A, 3: B}, latest(1), ()).remove == (2,)
+
+
 def test_removed_model_changes() -> None:
     changes = removed_model_changes({1, 2, 3}, {2})
     assert changes.remove == (1, 3) and changes.kept_in_use == (2,)
