@@ -22,7 +22,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e/kubelet fuzz
+	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e fuzz
 
 # Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real node's
 # kubelet, kube-proxy, containerd and pause image (plus Debian's runc, CNI plugins, iptables), the real

@@ -1,6 +1,5 @@
 """End-to-end test infrastructure (not product code).
 
-`e2e.kubelet` is a stand-in for the kubelet of one node: it runs the pods the scheduler binds to that node
-as local processes, so a real control plane (tests.infra.controlplane) can run real Deployments of the
-runtime on one machine without a container runtime.
+The suite runs on a real node (tests.infra.node: kubelet, containerd, kube-proxy) beside a real control plane,
+with the images `make images` builds, installed through the chart (`e2e.real_stack`, `e2e.scenario`).
 """
