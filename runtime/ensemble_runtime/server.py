@@ -33,8 +33,9 @@ from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
-from ensemble_runtime.repository.sources import RepositoryConfigSource, S3Source, no_deaths
+from ensemble_runtime.repository.sources import S3Source, no_deaths
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, RuntimeSettings

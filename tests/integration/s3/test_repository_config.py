@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ensemble_examples.repository import python_model_source
 from ensemble_runtime.config.model_config import parse_config_text
-from ensemble_runtime.repository.sources import RepositoryConfigSource
+from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from google.protobuf import text_format
 
 from tests.integration.s3.helpers import FAST, S3Helper, cached_versions, ensemble_config, onnx_bytes

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 from ensemble_runtime.repository.cache import ModelCache
+from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.local import scan_roots
 from ensemble_runtime.repository.remote import ObjectInfo
-from ensemble_runtime.repository.sources import LocalOrigin, RepositoryConfigSource, list_local
+from ensemble_runtime.repository.sources import LocalOrigin, list_local
 from ensemble_runtime.repository.sync import OriginError, materialise_model
 
 CONFIG = 'name: "m"\nbackend: "python"\nversion_policy: { latest: { num_versions: 2 } }\n'
