@@ -103,20 +103,12 @@ def register(
         if type == "DELETED":
             workers.ensemble_gone(body["metadata"]["namespace"], body["metadata"]["name"], model_names(body))
 
-    @kopf.on.event("apps", "v1", "deployments", labels=ensemble_label, registry=registry)
-    async def deployment_event(body: kopf.Body, type: str | None, **_: Any) -> None:
-        ensemble = owning_ensemble(body)
-        if ensemble is not None:
-            ns = body["metadata"]["namespace"]
-            key = ObjectKey("apps/v1", "Deployment", ns, body["metadata"]["name"])
-            reconciler.kube.observed(key, None if type == "DELETED" else plain(body))
-            workers.ensembles.mark_existing((ns, ensemble))  # also its status: readiness, rollout
-
-    # The other owned objects the operator may read: deleted or changed by someone else, the Ensemble is
-    # reconciled at once (no periodic re-read needed); their status writes (HPA, PDB) keep the applied hash.
-    # Secrets are written, never read or watched: the slow resync re-applies those.
-    for group, version, plural, kind in OWNED_WATCHED:
-        _watch_owned(registry, reconciler, workers, group, version, plural, kind)
+    # Owned objects: deleted or changed by someone else, the Ensemble is reconciled at once (no periodic re-read
+    # needed); other controllers' status writes (HPA, PDB) keep the applied hash and cost nothing, except on the
+    # Deployment, whose status (readiness, rollout) is the Ensemble's. Secrets are written, never read or
+    # watched: the slow resync re-applies those.
+    for group, version, plural, kind, status_matters in OWNED_WATCHED:
+        _watch_owned(registry, reconciler, workers, group, version, plural, kind, status_matters)
 
     @kopf.on.event("", "v1", "pods", labels=ensemble_label, registry=registry)
     async def pod_event(body: kopf.Body, **_: Any) -> None:
@@ -161,12 +153,14 @@ def register(
     return workers
 
 
-OWNED_WATCHED: tuple[tuple[str, str, str, str], ...] = (
-    ("", "v1", "configmaps", "ConfigMap"),
-    ("", "v1", "services", "Service"),
-    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
-    ("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
-    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
+# (group, version, plural, kind, whether every event marks the Ensemble: its status follows the object's)
+OWNED_WATCHED: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("apps", "v1", "deployments", "Deployment", True),
+    ("", "v1", "configmaps", "ConfigMap", False),
+    ("", "v1", "services", "Service", False),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", False),
+    ("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", False),
+    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", False),
 )
 
 
@@ -178,6 +172,7 @@ def _watch_owned(
     version: str,
     plural: str,
     kind: str,
+    status_matters: bool,
 ) -> None:
     api_version = f"{group}/{version}" if group else version
 
@@ -190,7 +185,8 @@ def _watch_owned(
             return
         ns = body["metadata"]["namespace"]
         key = ObjectKey(api_version, kind, ns, body["metadata"]["name"])
-        if reconciler.kube.observed(key, None if type == "DELETED" else plain(body)):
+        drifted = reconciler.kube.observed(key, None if type == "DELETED" else plain(body))
+        if drifted or status_matters:
             workers.ensembles.mark_existing((ns, ensemble))
 
 

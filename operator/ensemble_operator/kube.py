@@ -183,10 +183,6 @@ class KubeClient:
         self._known[key] = digest
         return True
 
-    def forget(self, key: ObjectKey) -> None:
-        """The object changed behind this process's back (e.g. it was deleted): read it before the next apply."""
-        self._known.pop(key, None)
-
     def observed(self, key: ObjectKey, live: Manifest | None) -> bool:
         """A watch saw `key` as `live` (None: deleted). True when that is not what this process last applied
         (deleted, changed by someone else, or never applied by this process): it is forgotten, so that the
