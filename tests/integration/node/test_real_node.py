@@ -171,13 +171,30 @@ def test_pods_reach_services_and_the_api_server_through_kube_proxy(
     }
     backend_ip = cp.api("GET", "/api/v1/namespaces/default/services/backend")["spec"]["clusterIP"]
     answered: set[str] = set()
+    errors: list[str] = []
 
     def both_answered() -> bool:
-        with contextlib.suppress(OSError):
-            answered.add(http_get(f"http://{client_ip}:8080/get?url=http://{backend_ip}:80/", timeout=10).strip())
+        try:
+            reply = http_get(f"http://{client_ip}:8080/get?url=http://{backend_ip}:80/", timeout=10).strip()
+        except OSError as exc:  # kube-proxy may not have synced the Service's rules yet
+            errors.append(repr(exc))
+            return False
+        # An empty reply names no backend: a failed request, retried like one. (Seen only with a core kept busy,
+        # after the test above; its cause is not found yet: see the closing note of 2026-11-25.)
+        if reply:
+            answered.add(reply)
+        else:
+            errors.append("empty reply")
         return answered == backends
 
-    poll_until(both_answered, timeout=120, interval=0.05, what=f"both backends to answer a pod on {backend_ip}")
+    def seen() -> str:
+        slices = cp.api("GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices")["items"]
+        endpoints = [(e.get("addresses"), e.get("conditions")) for s in slices for e in s.get("endpoints") or []]
+        return f"answered {sorted(answered)} of {sorted(backends)}; last errors {errors[-3:]}; endpoints {endpoints}"
+
+    poll_until(
+        both_answered, timeout=120, interval=0.05, what=f"both backends to answer a pod on {backend_ip}", detail=seen
+    )
     # The `kubernetes` Service leads to the API server's advertised (routable) address.
     api_ip = cp.api("GET", "/api/v1/namespaces/default/services/kubernetes")["spec"]["clusterIP"]
     reply = poll_until(
