@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[runtime,operator,dev]'
+	$(BIN)/pip install --quiet -e '.[runtime,operator,examples,dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: $(STAMP)
