@@ -1,17 +1,20 @@
 # CPU runtime image: the runtime (onnxruntime, Python backend) and the example model repository.
 # `make images` builds it (tools/build-images.sh): the build context holds `wheels/`, the project's wheel and
-# its dependencies' built on the host (`pip wheel '.[runtime]' 'Pillow>=10.0'`; Pillow for the
-# example models); nothing is fetched during the build.
+# its dependencies' built on the host (`pip wheel '.[runtime,examples]' 'Pillow>=10.0'`; Pillow for the
+# example models, scikit-learn to train them); nothing is fetched during the build. The example models are
+# trained in a throw-away venv of the build stage: scikit-learn does not reach the image.
 # By hand, from the repository root:
-#   pip wheel --wheel-dir build/ctx/wheels '.[runtime]' 'Pillow>=10.0' && cp docker/runtime-cpu.Dockerfile build/ctx/Dockerfile
+#   pip wheel --wheel-dir build/ctx/wheels '.[runtime,examples]' 'Pillow>=10.0' && cp docker/runtime-cpu.Dockerfile build/ctx/Dockerfile
 #   docker build -t ensemble-runtime:dev build/ctx
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
 COPY wheels /wheels
 RUN python3 -m venv /opt/ensemble \
- && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime]" "Pillow>=10.0" \
- && /opt/ensemble/bin/python -m ensemble_examples /opt/ensemble/examples
+ && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime]" "Pillow>=10.0"
+RUN python3 -m venv /opt/trainer \
+ && /opt/trainer/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime,examples]" \
+ && /opt/trainer/bin/python -m ensemble_examples /opt/ensemble/examples
 
 FROM ${BASE_IMAGE}
 # uid/gid 1000 as the chart's and the operator's pods run (runAsUser/runAsGroup 1000). Named "ensemble":

@@ -3,7 +3,7 @@
 # need (nvidia-*, tensorrt-*-libs); the node's driver provides libcuda (NVIDIA container toolkit; which GPUs
 # a pod sees is the device plugin's NVIDIA_VISIBLE_DEVICES, never a default of this image).
 # `make images GPU=1` builds it (tools/build-images.sh): the build context holds `wheels/`, built on the host
-# (`pip wheel '.[runtime,gpu]' 'onnxruntime-gpu[cuda,cudnn]' 'Pillow>=10.0'`: several GB; TensorRT's PyPI
+# (`pip wheel '.[runtime,gpu,examples]' 'onnxruntime-gpu[cuda,cudnn]' 'Pillow>=10.0'`: several GB; TensorRT's PyPI
 # packages fetch their wheels from pypi.nvidia.com, which the host must reach); nothing is fetched here.
 ARG BASE_IMAGE=python:3.11-slim
 
@@ -14,8 +14,11 @@ RUN python3 -m venv /opt/ensemble \
  && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels \
       "ensemble-operator[runtime,gpu]" "onnxruntime-gpu[cuda,cudnn]" "Pillow>=10.0" \
  && /opt/ensemble/bin/pip uninstall --yes onnxruntime onnxruntime-gpu \
- && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps onnxruntime-gpu \
- && /opt/ensemble/bin/python -m ensemble_examples /opt/ensemble/examples
+ && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps onnxruntime-gpu
+# The example models are trained in a throw-away venv: scikit-learn does not reach the image.
+RUN python3 -m venv /opt/trainer \
+ && /opt/trainer/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime,examples]" \
+ && /opt/trainer/bin/python -m ensemble_examples /opt/ensemble/examples
 
 FROM ${BASE_IMAGE}
 RUN groupadd --gid 1000 ensemble \

@@ -44,7 +44,7 @@ dockerfile_of() {
     esac
 }
 extras_of() {
-    case "$1" in runtime-cpu) echo runtime ;; runtime-gpu) echo runtime,gpu ;; operator) echo operator ;; esac
+    case "$1" in runtime-cpu) echo runtime,examples ;; runtime-gpu) echo runtime,gpu,examples ;; operator) echo operator ;; esac
 }
 repository_of() {
     case "$1" in runtime-*) echo "${REGISTRY}/ensemble-runtime" ;; operator) echo "${REGISTRY}/ensemble-operator" ;; esac
