@@ -3,7 +3,8 @@
 //	GET  /      the pod's hostname (its name), so a Service's replies show which pod answered
 //	GET  /self  JSON: the process's uid, gid, effective capabilities, no_new_privs, seccomp mode (from
 //	            /proc/self/status) and the error of writing a file at / (a read-only root refuses it)
-//	GET  /get?url=URL  the body of an HTTP GET of URL from inside the pod (502 with the error if it fails)
+//	GET  /get?url=URL  the body of an HTTP GET of URL from inside the pod (502 saying why if it fails, answers
+//	            other than 200, or is empty)
 //	GET  /dial?addr=HOST:PORT  "ok" when a TCP connection to addr opens from inside the pod (502 if not)
 //	POST /exit  answers, then exits with status 3 (the kubelet restarts the container)
 //
@@ -32,7 +33,11 @@ func main() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		host, _ := os.Hostname()
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			http.Error(w, fmt.Sprintf("no hostname (%q, %v)", host, err), http.StatusInternalServerError)
+			return
+		}
 		fmt.Fprintln(w, host)
 	})
 	mux.HandleFunc("GET /self", func(w http.ResponseWriter, r *http.Request) {
@@ -48,7 +53,19 @@ func main() {
 			return
 		}
 		defer response.Body.Close()
-		_, _ = io.Copy(w, response.Body)
+		// The whole body first: a reply is the backend's complete 200 answer or a 502 saying what went wrong
+		// (status, read error, empty body), never a 200 with what happened to arrive.
+		body, err := io.ReadAll(response.Body)
+		switch {
+		case err != nil:
+			http.Error(w, fmt.Sprintf("reading the body (status %d, %d bytes): %v", response.StatusCode, len(body), err), http.StatusBadGateway)
+		case response.StatusCode != http.StatusOK:
+			http.Error(w, fmt.Sprintf("status %d: %q", response.StatusCode, body), http.StatusBadGateway)
+		case len(body) == 0:
+			http.Error(w, fmt.Sprintf("empty body (status %d, headers %v)", response.StatusCode, response.Header), http.StatusBadGateway)
+		default:
+			_, _ = w.Write(body)
+		}
 	})
 	mux.HandleFunc("GET /dial", func(w http.ResponseWriter, r *http.Request) {
 		conn, err := net.DialTimeout("tcp", r.URL.Query().Get("addr"), 5*time.Second)
