@@ -48,9 +48,10 @@ class RecognizerWeights:
 def text_detector(gain: float = DETECTOR_GAIN) -> onnx.ModelProto:
     """`image` FP32 [1,1,H,W] -> ink = 1 - image -> Conv(3x3 mean) -> MaxPool(5x5) -> Sigmoid -> `heatmap`.
 
-    heat = sigmoid(gain * (max over 5x5 of the 3x3 mean of ink - 0.5)): dark strokes and what lies within 2
-    pixels of them get heat near 1, paper heat near 0; the zero padding is blank paper, so the borders stay
-    cold. Widening joins a digit's broken strokes and the digits to their underline: one blob per word.
+    heat = sigmoid(gain * (max over 5x5 of the 3x3 mean of ink - DETECTOR_LEVEL)): strokes, faint ones included,
+    and what lies within 2 pixels of them get heat near 1, paper heat near 0; the zero padding is blank paper,
+    so the borders stay cold. Widening joins a digit's broken strokes and the digits to their underline: one
+    blob per word.
     """
     shape = [1, 1, OCR_IMAGE_HEIGHT, OCR_IMAGE_WIDTH]
     weights = np.full((1, 1, 3, 3), 1.0 / 9.0, dtype=np.float32)

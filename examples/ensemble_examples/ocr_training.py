@@ -100,18 +100,17 @@ def step_labels(word: ocr_pages.Word, box: Box, scaled: int) -> npt.NDArray[np.i
 
 
 def word_crops(page: ocr_pages.Page) -> list[tuple[ocr_pages.Word, Box, npt.NDArray[np.float32], int]]:
-    """Each drawn word with the one region found over it, its crop and scaled width; [] when the regions
-    found are not one per word."""
+    """Each drawn word with the one region found over it, its crop and its scaled width, in reading order.
+
+    Raises ValueError when the regions found are not one per word (the page builder's promise broken)."""
     image = page_image(page.pixels)
     found = regions(heat(image))
-    if len(found) != len(page.words):
-        return []
     matched = []
     for word in page.words:
         left, top, right, bottom = word.box
         over = [b for b in found if b[1] <= left and b[0] <= top and b[3] >= right - 1 and b[2] >= bottom - 1]
-        if len(over) != 1:
-            return []
+        if len(over) != 1 or len(found) != len(page.words):
+            raise ValueError(f"regions {found} are not one per word for words at {[w.box for w in page.words]}")
         matched.append((word, over[0], *crop(image, over[0])))
     return matched
 
@@ -131,12 +130,17 @@ def training_set(pages: int = TRAINING_PAGES) -> tuple[npt.NDArray[np.float32], 
 @cache
 def trained_recognizer() -> ocr_models.RecognizerWeights:
     """The recognizer's weights, trained once per process; the same on every run (fixed seeds)."""
+    return train(TRAINING_PAGES, EPOCHS)
+
+
+def train(pages: int, epochs: int) -> ocr_models.RecognizerWeights:
+    """A recognizer trained for `epochs` epochs on the steps of `pages` training pages (seeded)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 
-    features, labels = training_set()
+    features, labels = training_set(pages)
     classifier = MLPClassifier(
-        hidden_layer_sizes=(HIDDEN,), batch_size=256, max_iter=EPOCHS, random_state=0, tol=0.0, n_iter_no_change=EPOCHS
+        hidden_layer_sizes=(HIDDEN,), batch_size=256, max_iter=epochs, random_state=0, tol=0.0, n_iter_no_change=epochs
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a fixed number of epochs is the plan
