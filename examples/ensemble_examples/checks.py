@@ -23,7 +23,7 @@ from ensemble_examples.repository import write_image_png
 
 Labels = list[tuple[str, float]]  # top-k (label, probability), best first
 OCR_STRINGS = 50  # held-out words `check_ocr_reading` reads by default
-OCR_FLOORS = (0.7, 0.85)  # shares of words read exactly and of digits read right below which it fails
+OCR_FLOORS = (0.8, 0.9)  # shares of words read exactly and of digits read right below which it fails
 
 
 @dataclass(frozen=True, slots=True)

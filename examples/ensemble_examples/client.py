@@ -205,7 +205,8 @@ def ocr_pipeline(client: Any) -> list[str]:
 
     reading = check_ocr_reading(client)
     lines = [
-        f"page {index}: read {' '.join(read) or '-'}  (truth {' '.join(truth)})"
+        f"page {index}: read {' '.join(read) or '-'}  (truth {' '.join(truth)}: "
+        f"{sum(r == t for r, t in zip(read, truth, strict=False))}/{len(truth)})"
         for index, (read, truth) in enumerate(zip(reading.read[:OCR_PAGES_SHOWN], reading.truth, strict=False))
     ]
     (strings, words), (right, digits) = reading.strings, reading.digits

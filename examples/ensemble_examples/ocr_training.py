@@ -19,12 +19,12 @@ import numpy.typing as npt
 
 from ensemble_examples import configs, digits, ocr_models, ocr_pages
 
-TRAINING_PAGES = 500  # 2,000 words, about 8,000 digits drawn from the 1,347 training digits
+TRAINING_PAGES = 1000  # 4,000 words, about 16,000 digits drawn from the 1,347 training digits
 TRAINING_SEED = 1_000_000  # page seeds TRAINING_SEED.. (held-out pages use small seeds: no page repeats)
 HIDDEN = 96
 EPOCHS = 25
 PAST_THE_WORD = 2  # steps kept after a word's last one (all the steps after it see nothing but paper)
-MIDDLE = (0.2, 0.8)  # the part of a digit's cell whose steps are labelled with the digit
+MIDDLE = (0.25, 0.75)  # the part of a digit's cell whose steps are labelled with the digit
 Box = tuple[int, int, int, int]  # top, left, bottom, right (inclusive), detector pixels
 
 
