@@ -23,7 +23,7 @@ from ensemble_examples.onnx_models import _initializer, _model  # package-intern
 OCR_IMAGE_WIDTH, OCR_IMAGE_HEIGHT = ocr_pages.PAGE_SIZE  # ocr_preprocess resizes every image to this
 CROP_HEIGHT = 16
 CROP_WIDTH = 96  # a 5-digit word scaled to CROP_HEIGHT is about 70 pixels wide
-STEP = 4  # recognizer columns per time step
+STEP = 4  # crop columns per recognizer time step
 TIME_STEPS = CROP_WIDTH // STEP
 WINDOW = 16  # each step's classifier sees CROP_HEIGHT x WINDOW pixels centred on the step
 ALPHABET = "-0123456789"  # index 0 ('-') is the CTC blank
@@ -37,7 +37,8 @@ _CROPS = "crops"
 
 @dataclass(frozen=True, slots=True)
 class RecognizerWeights:
-    """A one-hidden-layer per-step classifier: hidden = relu(window . hidden_w + hidden_b), logits = ..."""
+    """A one-hidden-layer classifier of one step's window (its ink, row by row):
+    hidden = relu(window . hidden_w + hidden_b), logits = hidden . out_w + out_b."""
 
     hidden_w: npt.NDArray[np.float32]  # [hidden, 1, CROP_HEIGHT, WINDOW]: the window's ink, row by row
     hidden_b: npt.NDArray[np.float32]  # [hidden]
