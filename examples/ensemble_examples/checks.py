@@ -17,11 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 
-from ensemble_examples import configs, ocr_models, onnx_models, segmentation_models
+from ensemble_examples import configs, ocr_models, ocr_pages, onnx_models, segmentation_models
 from ensemble_examples.client import CheckFailed, _bytes_input, _infer, _input, _text
 from ensemble_examples.repository import write_image_png
 
 Labels = list[tuple[str, float]]  # top-k (label, probability), best first
+OCR_STRINGS = 50  # held-out words `check_ocr_reading` reads by default
+OCR_FLOORS = (0.8, 0.9)  # shares of words read exactly and of digits read right below which it fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,45 @@ class SegmentationResult:
 class OcrResult:
     boxes: npt.NDArray[np.int32]  # [regions, 4]: left, top, right, bottom (exclusive) in original pixels
     text: list[str]  # one string per region, same order
+
+
+@dataclass(frozen=True, slots=True)
+class OcrReading:
+    """What `ocr_pipeline` read on held-out pages, page by page, next to the truth."""
+
+    read: list[list[str]]  # per page, one string per region found
+    truth: list[list[str]]  # per page, the words drawn
+
+    @property
+    def strings(self) -> tuple[int, int]:
+        """(words read exactly, words drawn); a page whose region count is off reads none of its words."""
+        right = sum(
+            sum(r == t for r, t in zip(read, truth, strict=True))
+            for read, truth in zip(self.read, self.truth, strict=True)
+            if len(read) == len(truth)
+        )
+        return right, sum(len(truth) for truth in self.truth)
+
+    @property
+    def digits(self) -> tuple[int, int]:
+        """(digits read right, digits drawn): per word, its length less the edit distance to what was read."""
+        right = sum(
+            max(0, len(t) - edit_distance(r, t))
+            for read, truth in zip(self.read, self.truth, strict=True)
+            if len(read) == len(truth)
+            for r, t in zip(read, truth, strict=True)
+        )
+        return right, sum(len(t) for truth in self.truth for t in truth)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `a` into `b`."""
+    row = list(range(len(b) + 1))
+    for i, char in enumerate(a, start=1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(b, start=1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (char != other))
+    return row[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +186,9 @@ def check_ocr_pipeline(client: Any, image: bytes | None = None, model: str = "oc
     """One image -> ocr_preprocess -> text_detector -> crop_boxes -> text_recognizer -> ctc_decode.
 
     Not batching: the request's `image_bytes` is [1]. Every box lies inside the image, one string per box.
+    The default image is the demo page (`ocr_pages.held_out_pages`' first).
     """
-    data = image if image is not None else ocr_models.demo_image()
+    data = image if image is not None else ocr_pages.held_out_pages(ocr_pages.MAX_WORDS)[0].png()
     array = np.empty(1, dtype=np.object_)
     array[0] = data
     tensor = grpcclient.InferInput("image_bytes", [1], "BYTES")
@@ -167,3 +209,19 @@ def check_ocr_pipeline(client: Any, image: bytes | None = None, model: str = "oc
     if any(set(t) - set(ocr_models.ALPHABET[1:]) for t in text):
         raise CheckFailed(f"{model}: strings {text} use characters outside the alphabet")
     return OcrResult(boxes, text)
+
+
+def check_ocr_reading(
+    client: Any,
+    strings: int = OCR_STRINGS,
+    model: str = "ocr_pipeline",
+    floors: tuple[float, float] = OCR_FLOORS,
+) -> OcrReading:
+    """Held-out pages holding `strings` words -> `ocr_pipeline`, one page per request; fails when the share of
+    words read exactly or of digits read right is below `floors` (strings, digits)."""
+    pages = ocr_pages.held_out_pages(strings)
+    reading = OcrReading([check_ocr_pipeline(client, page.png(), model).text for page in pages], [p.truth for p in pages])
+    for (right, total), floor, what in zip((reading.strings, reading.digits), floors, ("strings", "digits"), strict=True):
+        if right < floor * total:
+            raise CheckFailed(f"{model}: read {right}/{total} held-out {what} right, below the floor {floor:.0%}")
+    return reading

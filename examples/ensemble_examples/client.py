@@ -30,6 +30,7 @@ SENTENCES = (
     "I would not recommend this place to anyone",
 )
 THRESHOLD = 0.5
+OCR_PAGES_SHOWN = 3  # pages whose reading the demo prints next to the truth
 
 
 class CheckFailed(RuntimeError):
@@ -200,12 +201,20 @@ def seg_pipeline(client: Any) -> list[str]:
 
 
 def ocr_pipeline(client: Any) -> list[str]:
-    from ensemble_examples.checks import check_ocr_pipeline  # builds on this module's helpers
+    from ensemble_examples.checks import OCR_FLOORS, check_ocr_reading  # builds on this module's helpers
 
-    result = check_ocr_pipeline(client)
-    if not result.text:
-        raise CheckFailed("ocr_pipeline: no text region found in the demo image")
-    return [f"box {box.tolist()}: {text!r}" for box, text in zip(result.boxes, result.text, strict=True)]
+    reading = check_ocr_reading(client)
+    lines = [
+        f"page {index}: read {' '.join(read) or '-'}  (truth {' '.join(truth)}: "
+        f"{sum(r == t for r, t in zip(read, truth, strict=False))}/{len(truth)})"
+        for index, (read, truth) in enumerate(zip(reading.read[:OCR_PAGES_SHOWN], reading.truth, strict=False))
+    ]
+    (strings, words), (right, digits) = reading.strings, reading.digits
+    lines.append(
+        f"held-out: {strings}/{words} strings read exactly ({strings / words:.0%}), {right}/{digits} digits "
+        f"({right / digits:.0%}); floors {OCR_FLOORS[0]:.0%}, {OCR_FLOORS[1]:.0%}"
+    )
+    return lines
 
 
 CHECKS = (
@@ -216,7 +225,7 @@ CHECKS = (
     Check("bls_router: route 0 -> model_a (2X), route 1 -> model_b (X+100)", bls_router),
     Check("add_sub", add_sub),
     Check("seg_pipeline: PNG -> preprocess -> classifier_a + segmenter -> labels + mask", seg_pipeline),
-    Check("ocr_pipeline: PNG -> detect -> crop -> recognize -> CTC decode -> boxes + strings", ocr_pipeline),
+    Check("ocr_pipeline: page of digit strings -> detect -> crop -> recognize -> CTC decode", ocr_pipeline),
 )
 
 

@@ -240,7 +240,7 @@ def text_pipeline() -> mc.ModelConfig:
 
 
 _MASK = Tensor("mask", mc.TYPE_INT64, (onnx_models.IMAGE_SIZE, onnx_models.IMAGE_SIZE))
-_OCR_IMAGE = _fp32("image", 1, 1, ocr_models.OCR_IMAGE_SIZE, ocr_models.OCR_IMAGE_SIZE)
+_OCR_IMAGE = _fp32("image", 1, 1, ocr_models.OCR_IMAGE_HEIGHT, ocr_models.OCR_IMAGE_WIDTH)
 _OCR_IMAGE_SIZE = Tensor("image_size", mc.TYPE_INT32, (2,))
 _CROPS = _fp32("crops", -1, 1, ocr_models.CROP_HEIGHT, ocr_models.CROP_WIDTH)
 _BOXES = Tensor("boxes", mc.TYPE_INT32, (-1, 4))

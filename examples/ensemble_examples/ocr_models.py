@@ -1,57 +1,69 @@
-"""The OCR example: a text detector and a CTC-style recognizer as ONNX models, and demo images of "words".
+"""The OCR example: a text detector and a trained digit-string recognizer as ONNX models.
 
-The pipeline (`ocr_pipeline`) is: `ocr_preprocess` (python: bytes -> grey [1,1,64,64] in [0, 1], 1 = paper)
--> `text_detector` (ONNX: heatmap of dark strokes) -> `crop_boxes` (python: one crop [1,16,64] and one box
-per connected dark region) -> `text_recognizer` (ONNX: per-column class logits [16,37]) -> `ctc_decode`
-(python: greedy CTC over `ALPHABET`). Nothing is trained: the detector is a fixed blur-and-threshold and the
-recognizer has seeded random weights, so the strings are stable but mean nothing; the boxes do mean something.
+The pipeline (`ocr_pipeline`) is: `ocr_preprocess` (python: bytes -> grey [1,1,96,288] in [0, 1], 1 = paper)
+-> `text_detector` (ONNX: heatmap of dark strokes, widened a little) -> `crop_boxes` (python: one crop
+[1,16,96] and one box per connected dark region, the region scaled to the crop's height, paper to its right)
+-> `text_recognizer` (ONNX: class logits per 4-pixel step [24,11]) -> `ctc_decode` (python: greedy CTC over
+`ALPHABET`). The detector is a fixed blur, widen and threshold; the recognizer is a per-step classifier
+trained on strings of training digits (`ocr_training`), so it reads the digit strings of `ocr_pages`.
 """
 
 from __future__ import annotations
 
-import io
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper
 
-from ensemble_examples.onnx_models import _initializer, _model, _weights  # package-internal builders
+from ensemble_examples import ocr_pages
+from ensemble_examples.onnx_models import _initializer, _model  # package-internal builders
 
-OCR_IMAGE_SIZE = 64  # ocr_preprocess resizes every image to 64x64 (aspect ratio not kept)
+OCR_IMAGE_WIDTH, OCR_IMAGE_HEIGHT = ocr_pages.PAGE_SIZE  # ocr_preprocess resizes every image to this
 CROP_HEIGHT = 16
-CROP_WIDTH = 64
-TIME_STEPS = 16  # recognizer columns: CROP_WIDTH / 4
-ALPHABET = "-0123456789abcdefghijklmnopqrstuvwxyz"  # index 0 ('-') is the CTC blank
+CROP_WIDTH = 96  # a 5-digit word scaled to CROP_HEIGHT is about 70 pixels wide
+STEP = 4  # crop columns per recognizer time step
+TIME_STEPS = CROP_WIDTH // STEP
+WINDOW = 16  # each step's classifier sees CROP_HEIGHT x WINDOW pixels centred on the step
+ALPHABET = "-0123456789"  # index 0 ('-') is the CTC blank
 MAX_CROPS = 16
-DETECTOR_GAIN = 12.0  # heat = sigmoid(gain * (3x3 mean of the ink - 0.5)), ink = 1 - grey
-RECOGNIZER_SEED = 32  # picked so the demo words decode to different strings
-RECOGNIZER_CHANNELS = 8
-
-DEMO_SIZE = (256, 128)  # width, height of `demo_image`
-# Where `demo_image` draws its words (left, top, right, bottom in DEMO_SIZE pixels), in reading order.
-WORD_SLOTS = (
-    (16, 14, 112, 42),
-    (144, 14, 240, 42),
-    (16, 78, 176, 106),
-    (200, 78, 240, 106),
-)
+DETECTOR_GAIN = 24.0  # heat = sigmoid(gain * (widened 3x3 mean of the ink - level)), ink = 1 - grey
+DETECTOR_LEVEL = 0.25  # faint strokes count: paper has no ink at all
+DETECTOR_WIDEN = 5  # the 3x3 mean's maximum over a 5x5 square: closes gaps of up to 4 pixels in a stroke
 
 _CROPS = "crops"
 
 
-def text_detector(gain: float = DETECTOR_GAIN) -> onnx.ModelProto:
-    """`image` FP32 [1,1,64,64] -> ink = 1 - image -> Conv(3x3 mean) -> Sigmoid -> `heatmap` FP32 [1,1,64,64].
+@dataclass(frozen=True, slots=True)
+class RecognizerWeights:
+    """A one-hidden-layer classifier of one step's window (its ink, row by row):
+    hidden = relu(window . hidden_w + hidden_b), logits = hidden . out_w + out_b."""
 
-    heat = sigmoid(gain * (3x3 mean of ink - 0.5)): dark pixels (ink, near 0) give heat near 1, paper (near 1)
-    heat near 0; the zero padding is blank paper, so the borders stay cold. The 3x3 mean closes one-pixel gaps
-    between strokes, so a word comes out as one blob.
+    hidden_w: npt.NDArray[np.float32]  # [hidden, 1, CROP_HEIGHT, WINDOW]: the window's ink, row by row
+    hidden_b: npt.NDArray[np.float32]  # [hidden]
+    out_w: npt.NDArray[np.float32]  # [classes, hidden, 1, 1]
+    out_b: npt.NDArray[np.float32]  # [classes]
+
+
+def text_detector(gain: float = DETECTOR_GAIN) -> onnx.ModelProto:
+    """`image` FP32 [1,1,H,W] -> ink = 1 - image -> Conv(3x3 mean) -> MaxPool(5x5) -> Sigmoid -> `heatmap`.
+
+    heat = sigmoid(gain * (max over 5x5 of the 3x3 mean of ink - DETECTOR_LEVEL)): strokes, faint ones included,
+    and what lies within 2 pixels of them get heat near 1, paper heat near 0; the zero padding is blank paper,
+    so the borders stay cold. Widening joins a digit's broken strokes and the digits to their underline: one
+    blob per word.
     """
-    shape = [1, 1, OCR_IMAGE_SIZE, OCR_IMAGE_SIZE]
-    weights = np.full((1, 1, 3, 3), gain / 9.0, dtype=np.float32)
+    shape = [1, 1, OCR_IMAGE_HEIGHT, OCR_IMAGE_WIDTH]
+    weights = np.full((1, 1, 3, 3), 1.0 / 9.0, dtype=np.float32)
+    half = DETECTOR_WIDEN // 2
     graph = helper.make_graph(
         [
             helper.make_node("Sub", ["one", "image"], ["ink"]),
-            helper.make_node("Conv", ["ink", "conv_w", "conv_b"], ["raw"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["ink", "mean_w"], ["mean"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("MaxPool", ["mean"], ["widened"], kernel_shape=[DETECTOR_WIDEN] * 2, pads=[half] * 4),
+            helper.make_node("Sub", ["widened", "level"], ["centred"]),
+            helper.make_node("Mul", ["centred", "gain"], ["raw"]),
             helper.make_node("Sigmoid", ["raw"], ["heatmap"]),
         ],
         "text_detector",
@@ -59,43 +71,45 @@ def text_detector(gain: float = DETECTOR_GAIN) -> onnx.ModelProto:
         [helper.make_tensor_value_info("heatmap", TensorProto.FLOAT, shape)],
         [
             _initializer("one", np.ones(1, dtype=np.float32)),
-            _initializer("conv_w", weights),
-            _initializer("conv_b", np.array([-gain * 0.5], dtype=np.float32)),
+            _initializer("mean_w", weights),
+            _initializer("level", np.array([DETECTOR_LEVEL], dtype=np.float32)),
+            _initializer("gain", np.array([gain], dtype=np.float32)),
         ],
     )
     return _model(graph)
 
 
-def text_recognizer(seed: int = RECOGNIZER_SEED) -> onnx.ModelProto:
-    """`crops` FP32 [-1,1,16,64] -> Conv(8, 3x3) -> Relu -> AveragePool(16x4) -> Conv(37, 1x1) per column.
+def recognizer_model(weights: RecognizerWeights) -> onnx.ModelProto:
+    """`crops` FP32 [-1,1,16,96] -> ink = 1 - crops -> Conv(hidden, 16x16 window, stride 4) -> Relu ->
+    Conv(classes, 1x1) -> `logits` FP32 [-1,24,11]: one row of class scores per step, class 0 the CTC blank.
 
-    Output `logits` FP32 [-1,16,37]: one row of class scores per 4-pixel column, class 0 the CTC blank. Zero
-    crops give [0,16,37] (a MatMul here would not: onnxruntime's fused MatMul refuses an empty batch).
+    The first Conv is the classifier's hidden layer applied to every step's window (zero padding is paper);
+    the second its output layer. Zero crops give [0,24,11].
     """
-    rng = np.random.default_rng(seed)
     classes = len(ALPHABET)
-    pool_width = CROP_WIDTH // TIME_STEPS
-    channels = RECOGNIZER_CHANNELS
+    pad = (WINDOW - STEP) // 2
     nodes = [
-        helper.make_node("Conv", [_CROPS, "conv_w", "conv_b"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("Sub", ["one", _CROPS], ["ink"]),
         helper.make_node(
-            "AveragePool",
-            ["relu"],
-            ["pooled"],
-            kernel_shape=[CROP_HEIGHT, pool_width],
-            strides=[CROP_HEIGHT, pool_width],
+            "Conv",
+            ["ink", "hidden_w", "hidden_b"],
+            ["hidden"],
+            kernel_shape=[CROP_HEIGHT, WINDOW],
+            strides=[CROP_HEIGHT, STEP],
+            pads=[0, pad, 0, pad],
         ),
-        helper.make_node("Conv", ["pooled", "fc_w", "fc_b"], ["scores"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["hidden"], ["active"]),
+        helper.make_node("Conv", ["active", "out_w", "out_b"], ["scores"], kernel_shape=[1, 1]),
         helper.make_node("Squeeze", ["scores", "height_axis"], ["columns"]),
         helper.make_node("Transpose", ["columns"], ["logits"], perm=[0, 2, 1]),
     ]
     initializers = [
-        _initializer("conv_w", _weights(rng, (channels, 1, 3, 3), 9) * 4.0),
-        _initializer("conv_b", (rng.standard_normal(channels) * 0.5).astype(np.float32)),
+        _initializer("one", np.ones(1, dtype=np.float32)),
+        _initializer("hidden_w", weights.hidden_w),
+        _initializer("hidden_b", weights.hidden_b),
+        _initializer("out_w", weights.out_w),
+        _initializer("out_b", weights.out_b),
         _initializer("height_axis", np.array([2], dtype=np.int64)),
-        _initializer("fc_w", (_weights(rng, (channels, classes), channels) * 16.0).T.reshape(classes, channels, 1, 1)),
-        _initializer("fc_b", (rng.standard_normal(classes) * 2.0).astype(np.float32)),
     ]
     graph = helper.make_graph(
         nodes,
@@ -107,24 +121,8 @@ def text_recognizer(seed: int = RECOGNIZER_SEED) -> onnx.ModelProto:
     return _model(graph)
 
 
-def demo_image(words: int = 3) -> bytes:
-    """PNG bytes of a white DEMO_SIZE page with `words` (0..4) dark "words", one per `WORD_SLOTS` entry.
+def text_recognizer() -> onnx.ModelProto:
+    """The recognizer trained on strings of training digits (trained once per process)."""
+    from ensemble_examples.ocr_training import trained_recognizer  # training imports this module's geometry
 
-    A word is a row of strokes of different heights standing on a shared baseline (so it is one connected
-    dark region), like letters on a line; `text_detector` + `crop_boxes` find exactly one box per word.
-    """
-    from PIL import Image, ImageDraw  # Pillow: only the image helpers need it
-
-    if not 0 <= words <= len(WORD_SLOTS):
-        raise ValueError(f"demo_image draws 0..{len(WORD_SLOTS)} words, not {words}")
-    image = Image.new("L", DEMO_SIZE, 255)
-    draw = ImageDraw.Draw(image)
-    for index, (left, top, right, bottom) in enumerate(WORD_SLOTS[:words]):
-        baseline = bottom - 4
-        draw.rectangle((left, baseline, right - 1, bottom - 1), fill=20)
-        for stroke, x in enumerate(range(left, right - 5, 10)):
-            height = (bottom - top) * (0.45 + 0.55 * ((index * 5 + stroke * 3) % 7) / 6)
-            draw.rectangle((x, int(bottom - height), x + 5, baseline), fill=20)
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="PNG")
-    return buffer.getvalue()
+    return recognizer_model(trained_recognizer())

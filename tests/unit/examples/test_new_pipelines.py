@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
-from ensemble_examples import checks, client, ocr_models, onnx_models, segmentation_models
+from ensemble_examples import checks, client, digits, ocr_models, ocr_pages, onnx_models, segmentation_models
 from ensemble_examples.repository import build_repository, model_names, write_image_png
 from ensemble_runtime.backends.base import LoadContext
 from ensemble_runtime.backends.python import PythonBackend
@@ -37,6 +37,11 @@ NEW_ONNX = ("segmenter", "text_detector", "text_recognizer")
 NEW_PYTHON = ("crop_boxes", "ctc_decode", "ocr_preprocess")
 NEW_ENSEMBLES = ("ocr_pipeline", "seg_pipeline")
 CROP_SHAPE = (1, ocr_models.CROP_HEIGHT, ocr_models.CROP_WIDTH)
+PAGE_SHAPE = (1, 1, ocr_models.OCR_IMAGE_HEIGHT, ocr_models.OCR_IMAGE_WIDTH)
+
+
+def held_out_page(words: int, seed: int = 0) -> ocr_pages.Page:
+    return ocr_pages.draw_page(digits.split().held_out, seed, words)
 
 
 def onnx_run(model: onnx.ModelProto, feeds: Arrays) -> Arrays:
@@ -112,12 +117,12 @@ def test_segmenter_classifies_saturated_colours_and_leaves_grey_as_background() 
 
 
 def test_text_detector_lights_up_ink_only() -> None:
-    page = np.ones((1, 1, 64, 64), dtype=np.float32)
+    page = np.ones(PAGE_SHAPE, dtype=np.float32)
     page[0, 0, 20:30, 10:40] = 0.0
     heat = onnx_run(ocr_models.text_detector(), {"image": page})["heatmap"]
-    assert (heat.shape, heat.dtype) == ((1, 1, 64, 64), np.dtype(np.float32))
-    assert heat[0, 0, 22:28, 12:38].min() > 0.99
-    assert heat[0, 0, :15].max() < 0.01 and heat[0, 0, 35:].max() < 0.01
+    assert (heat.shape, heat.dtype) == (PAGE_SHAPE, np.dtype(np.float32))
+    assert heat[0, 0, 18:32, 8:42].min() > 0.99  # ink, widened by 2 pixels
+    assert heat[0, 0, :15].max() < 0.01 and heat[0, 0, 35:].max() < 0.01 and heat[0, 0, :, 45:].max() < 0.01
 
 
 @pytest.mark.parametrize("regions", [0, 1, 5])
@@ -142,10 +147,12 @@ def test_new_onnx_models_are_valid_and_deterministic(build: Callable[[], onnx.Mo
 
 
 def test_ocr_preprocess_gives_a_grey_page_and_the_original_size(example_repo: Path) -> None:
-    out = run_python(example_repo, "ocr_preprocess", {"image_bytes": one_bytes(ocr_models.demo_image(1))})
+    page = held_out_page(1)
+    out = run_python(example_repo, "ocr_preprocess", {"image_bytes": one_bytes(page.png())})
     assert isinstance(out, dict)
-    assert (out["image"].shape, out["image"].dtype) == ((1, 1, 64, 64), np.dtype(np.float32))
-    assert out["image_size"].tolist() == [ocr_models.DEMO_SIZE[1], ocr_models.DEMO_SIZE[0]]
+    assert (out["image"].shape, out["image"].dtype) == (PAGE_SHAPE, np.dtype(np.float32))
+    assert out["image_size"].tolist() == [ocr_pages.PAGE_SIZE[1], ocr_pages.PAGE_SIZE[0]]
+    np.testing.assert_array_equal(out["image"][0, 0], page.pixels / np.float32(255))  # a page: nothing resized
     assert out["image_size"].dtype == np.int32
     page = out["image"][0, 0]
     assert page.max() == pytest.approx(1.0) and page.min() < 0.2  # white paper, dark ink
@@ -173,6 +180,9 @@ def test_crop_boxes_cuts_one_crop_per_region_in_reading_order(example_repo: Path
     assert out["boxes"].tolist() == [[8, 22, 80, 30], [120, 20, 240, 32], [8, 80, 80, 88]]
     assert (out["crops"].shape, out["crops"].dtype) == ((3, *CROP_SHAPE), np.dtype(np.float32))
     assert out["crops"][0, 0, 0, 0] == pytest.approx(image[0, 0, 11, 2])
+    # scaled to the crop's height, aspect kept (4x18 -> 16x72, 6x30 -> 16x80), paper to the right
+    for crop, width in zip(out["crops"][:, 0], (72, 80, 72), strict=True):
+        assert (crop[:, width:] == 1.0).all() and (crop[:, :width] < 1.0).all()
 
 
 def test_crop_boxes_answers_no_region_with_empty_tensors(example_repo: Path) -> None:
@@ -185,37 +195,44 @@ def test_crop_boxes_answers_no_region_with_empty_tensors(example_repo: Path) -> 
 
 def test_ctc_decode_merges_repeats_and_drops_blanks(example_repo: Path) -> None:
     alphabet = ocr_models.ALPHABET
-    rows = ["aa-b", "----", "1-11"]
+    rows = ["33-4", "----", "1-11"]
     logits = np.zeros((3, 4, len(alphabet)), dtype=np.float32)
     for row, chars in enumerate(rows):
         for column, char in enumerate(chars):
             logits[row, column, alphabet.index(char)] = 5.0
     out = run_python(example_repo, "ctc_decode", {"logits": logits})
     assert isinstance(out, dict)
-    assert out["text"].tolist() == [b"ab", b"", b"11"]
+    assert out["text"].tolist() == [b"34", b"", b"11"]
     empty = run_python(example_repo, "ctc_decode", {"logits": np.zeros((0, 16, len(alphabet)), np.float32)})
     assert empty["text"].shape == (0,)
     wrong = run_python(example_repo, "ctc_decode", {"logits": np.zeros((1, 16, 5), np.float32)})
     assert isinstance(wrong, BaseException) and "alphabet" in str(wrong)
 
 
-@pytest.mark.parametrize("words", range(len(ocr_models.WORD_SLOTS) + 1))
+@pytest.mark.parametrize("words", range(ocr_pages.MAX_WORDS + 1))
 def test_ocr_steps_find_exactly_the_drawn_words(example_repo: Path, words: int) -> None:
-    cropped, text = ocr_chain(example_repo, ocr_models.demo_image(words))
+    page = held_out_page(words)
+    cropped, text = ocr_chain(example_repo, page.png())
     assert cropped["boxes"].shape == (words, 4) and len(text) == words
-    for (left, top, right, bottom), slot in zip(cropped["boxes"].tolist(), ocr_models.WORD_SLOTS, strict=False):
-        # each box lies on its word, give or take the 64x64 detection grid (4 px across, 2 down)
-        assert abs(left - slot[0]) <= 4 and abs(right - slot[2]) <= 4 and abs(bottom - slot[3]) <= 2
-        assert slot[1] - 2 <= top < slot[3]
-    assert ocr_chain(example_repo, ocr_models.demo_image(words))[1] == text  # deterministic
+    for (left, top, right, bottom), word in zip(cropped["boxes"].tolist(), page.words, strict=True):
+        # each box is its word's digits and underline, widened by the detector (3 pixels at most)
+        word_left, word_top, word_right, word_bottom = word.box
+        assert 0 <= word_left - left <= 3 and 0 <= right - word_right <= 3 and 0 <= bottom - word_bottom <= 3
+        assert word_top - 3 <= top <= word_top + ocr_pages.DIGIT_SCALE
+    assert ocr_chain(example_repo, page.png())[1] == text  # deterministic
 
 
-def test_demo_images() -> None:
-    with Image.open(io.BytesIO(segmentation_models.demo_image())) as image:
-        assert (image.format, image.size, image.mode) == ("PNG", (64, 64), "RGB")
-    assert ocr_models.demo_image(2) == ocr_models.demo_image(2) != ocr_models.demo_image(3)
+def test_ocr_pages() -> None:
+    page = held_out_page(2)
+    with Image.open(io.BytesIO(page.png())) as image:
+        assert (image.format, image.size, image.mode) == ("PNG", ocr_pages.PAGE_SIZE, "RGB")
+    assert page.png() == held_out_page(2).png() != held_out_page(3).png()
+    assert held_out_page(3).truth[:2] == page.truth  # the same seed draws the same first words
+    lengths = {len(word) for p in ocr_pages.held_out_pages(40) for word in p.truth}
+    assert lengths == set(range(ocr_pages.WORD_LENGTHS[0], ocr_pages.WORD_LENGTHS[1] + 1))
+    assert [len(p.words) for p in ocr_pages.held_out_pages(10)] == [4, 4, 2]
     with pytest.raises(ValueError, match=r"0\.\.4 words"):
-        ocr_models.demo_image(5)
+        held_out_page(5)
 
 
 # --- repository -------------------------------------------------------------------------------------------
@@ -297,7 +314,7 @@ def test_seg_pipeline_end_to_end(example_repo: Path) -> None:
 
 def test_ocr_pipeline_end_to_end(example_repo: Path) -> None:
     def calls(triton: Any) -> list[checks.OcrResult]:
-        return [checks.check_ocr_pipeline(triton, ocr_models.demo_image(words)) for words in (3, 3, 0, 4)]
+        return [checks.check_ocr_pipeline(triton, held_out_page(words).png()) for words in (3, 3, 0, 4)]
 
     three, again, none, four = serve(example_repo, calls)
     assert three.boxes.shape == (3, 4) and len(three.text) == 3
@@ -305,9 +322,29 @@ def test_ocr_pipeline_end_to_end(example_repo: Path) -> None:
     assert three.text == again.text
     assert none.boxes.shape == (0, 4) and none.text == []
     assert len(four.text) == 4 and four.text[:3] == three.text
-    offline = ocr_chain(example_repo, ocr_models.demo_image(3))
+    offline = ocr_chain(example_repo, held_out_page(3).png())
     assert three.boxes.tolist() == offline[0]["boxes"].tolist()
     assert three.text == [t.decode() for t in offline[1]]
+
+
+def test_ocr_pipeline_reads_held_out_digit_strings(example_repo: Path) -> None:
+    def calls(triton: Any) -> tuple[checks.OcrReading, checks.OcrReading, BaseException | None]:
+        first, second = checks.check_ocr_reading(triton), checks.check_ocr_reading(triton, strings=8)
+        try:
+            checks.check_ocr_reading(triton, strings=8, floors=(1.01, 0.0))
+        except client.CheckFailed as exc:
+            return first, second, exc
+        return first, second, None
+
+    reading, again, failed = serve(example_repo, calls)
+    assert reading.truth == [p.truth for p in ocr_pages.held_out_pages(checks.OCR_STRINGS)]
+    assert [len(read) for read in reading.read] == [len(truth) for truth in reading.truth]  # one region per word
+    (strings, words), (right, total) = reading.strings, reading.digits
+    assert words == checks.OCR_STRINGS and total == sum(len(t) for truth in reading.truth for t in truth)
+    print(f"held-out: {strings}/{words} strings, {right}/{total} digits")
+    assert strings >= checks.OCR_FLOORS[0] * words and right >= checks.OCR_FLOORS[1] * total
+    assert again.read == reading.read[:2]  # deterministic
+    assert isinstance(failed, client.CheckFailed) and "below the floor 101%" in str(failed)
 
 
 def test_check_functions_of_the_other_scenarios(example_repo: Path) -> None:

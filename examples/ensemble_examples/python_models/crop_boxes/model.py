@@ -2,7 +2,8 @@
 
 Inputs `heatmap` FP32 [1, 1, H, W] (the detector's output), `image` FP32 [1, 1, H, W] (what it looked at) and
 `image_size` INT32 [2] (the original height and width) -> outputs `crops` FP32 [-1, 1, h, w] (each region's
-bounding box of `image`, resized to h x w from the output's `dims` in config.pbtxt) and `boxes` INT32 [-1, 4]
+bounding box of `image`, scaled to height h keeping its aspect ratio (squeezed to w if wider), paper (1.0) to
+its right; h and w from the output's `dims` in config.pbtxt) and `boxes` INT32 [-1, 4]
 (left, top, right, bottom in original pixels, right and bottom exclusive), one row per region in reading order
 (top to bottom, then left to right). The number of regions varies, 0 included. Parameters: `threshold` (heat
 that counts, default 0.5), `min_pixels` (smaller regions are noise, default 4), `max_crops` (the largest
@@ -88,12 +89,13 @@ class TritonPythonModel:
         largest = sorted(found, key=lambda r: (-r[1], r[0]))[: self.max_crops]
         kept = reading_order([box for box, _ in largest])
         scale_y, scale_x = float(size[0]) / heat.shape[0], float(size[1]) / heat.shape[1]
-        crops = np.zeros((len(kept), 1, self.crop_height, self.crop_width), dtype=self.dtype)
+        crops = np.ones((len(kept), 1, self.crop_height, self.crop_width), dtype=self.dtype)
         boxes = np.zeros((len(kept), 4), dtype=np.int32)
         for index, (top, left, bottom, right) in enumerate(kept):
             region = Image.fromarray(np.ascontiguousarray(grey[top : bottom + 1, left : right + 1]))  # mode F
-            resized = region.resize((self.crop_width, self.crop_height), Image.Resampling.BILINEAR)
-            crops[index, 0] = np.asarray(resized, dtype=np.float32)
+            scaled = min(self.crop_width, max(1, round(region.width * self.crop_height / region.height)))
+            resized = region.resize((scaled, self.crop_height), Image.Resampling.BILINEAR)
+            crops[index, 0, :, :scaled] = np.asarray(resized, dtype=np.float32)
             boxes[index] = (
                 int(np.floor(left * scale_x)),
                 int(np.floor(top * scale_y)),
