@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup demo test lint typecheck unit integration bench tools images crds fuzz property
+.PHONY: setup demo demo-runtime test lint typecheck unit integration bench tools images crds fuzz property
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,20 +14,28 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The main job end to end on the embedded cluster (control plane + a real node; needs root): builds the tools and
+# images it lacks (first run: about 20 minutes on 2 cores, with progress), installs the chart, applies the example
+# Models and Ensembles, runs the example client in the cluster, rolls a new model version in under load, cleans
+# up. Later runs reuse what is built (about 3 minutes). `.venv/bin/python -m demo --help` for a cluster of yours.
 demo: setup
+	$(BIN)/python -m demo
+
+# The runtime alone on loopback ports, serving the example repository, with the example client (about 1 minute).
+demo-runtime: setup
 	$(BIN)/python -m ensemble_examples.demo
 
 lint: setup
-	$(BIN)/ruff check contract runtime operator examples/ensemble_examples tests bench e2e fuzz
+	$(BIN)/ruff check contract runtime operator examples/ensemble_examples tests bench e2e fuzz demo
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e fuzz
+	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e fuzz demo
 
 # Go-built control plane, MinIO and helm (cached outside the repo, keyed by version), the real node's
 # kubelet, kube-proxy, containerd and pause image (plus Debian's runc, CNI plugins, iptables), the real
 # Triton server as a test peer (from the nvidia-pytriton wheel) and NVIDIA's perf_analyzer (its wheel, run
-# through Debian trixie's loader). Cold: about 35 minutes on 2 cores; warm: seconds.
+# through Debian trixie's loader). Cold (empty Go caches): about 12 minutes on 2 cores; warm: seconds.
 tools: setup
 	bash tools/setup-node-packages.sh
 	bash tools/build-tools.sh all

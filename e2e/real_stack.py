@@ -46,8 +46,9 @@ JSON = dict[str, Any]
 # surge pod (and the operator's pod) would not fit. The runtime pods ask this much instead; memory requests
 # and limits stay as the manifests give them (the kernel enforces the limit).
 RUNTIME_CPU_REQUEST = "250m"
-# Each GPU scenario asks one nvidia.com/gpu per replica at 2 replicas (the pods run the CPU fallback).
-NODE_GPUS = 2
+# Each GPU scenario asks one nvidia.com/gpu per replica at 2 replicas (the pods run the CPU fallback); the demo
+# (e2e/tests/test_demo.py) runs two GPU Ensembles at once, 3 replicas.
+NODE_GPUS = 4
 # The chart's minimum (statusIntervalSeconds >= 5); the tests wait on servedVersions in the status.
 STATUS_INTERVAL_SECONDS = 5
 

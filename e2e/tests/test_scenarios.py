@@ -4,7 +4,7 @@ cluster) rendering the runtime Deployment, the runtime image's containers starte
 Ensemble Ready, inference with tritonclient through the Ensemble's Service (ClusterIP, kube-proxy) and
 through every ready endpoint of the headless Service, then deletion leaving nothing behind.
 
-The GPU scenarios ask 1 nvidia.com/gpu per replica at 2 replicas and the node advertises 2: each test
+The GPU scenarios ask 1 nvidia.com/gpu per replica at 2 replicas and the node advertises 4: each test
 deletes its Ensemble (and waits for its pods to go) before the next starts. KIND_GPU instance groups fall
 back to CPU. Figures (apply -> Ready, deletion) go to e2e/results/real_node.json.
 """
