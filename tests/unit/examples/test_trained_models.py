@@ -10,7 +10,7 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 import pytest
-from ensemble_examples import client, digit_classifiers, digits, text_corpus, text_model
+from ensemble_examples import client, digit_classifiers, digits, held_out, text_corpus, text_model
 
 CLASSIFIER_FLOOR = 0.93  # each classifier alone, on the 450 held-out digits (measured: a 0.973, b 0.969)
 ENSEMBLE_FLOOR = 0.95  # the sum of their log-probabilities (measured: 0.973)
@@ -108,3 +108,20 @@ def test_the_corpus_is_balanced_short_and_without_repeats() -> None:
         assert positives * 2 == len(part)
     assert all(text_model.token_ids(review.text)[-1] == text_model.PAD for review in everything)  # < 16 words
     assert any(" not " in f" {review.text} " for review in text_corpus.TRAIN)
+
+
+def test_a_score_under_its_floor_fails_the_check_by_name() -> None:
+    good = held_out.score("classifier_a alone", [1, 2, 3, 4], [1, 2, 3, 4])
+    bad = held_out.score("classifier_b alone", [1, 0, 0, 4], [1, 2, 3, 4])
+    assert (good.right, good.total, bad.accuracy) == (4, 4, 0.5)
+    held_out.require([good], 0.9, "dual_classifier")
+    with pytest.raises(client.CheckFailed, match=r"dual_classifier: .* 90% floor .*: classifier_b alone 50\.0%$"):
+        held_out.require([good, bad], 0.9, "dual_classifier")
+
+
+def test_held_out_sentences_put_the_demo_sentences_first() -> None:
+    reviews = held_out.held_out_sentences(first=client.SENTENCES)
+    assert [r.text for r in reviews[: len(client.SENTENCES)]] == list(client.SENTENCES)
+    assert sorted(r.text for r in reviews) == sorted(r.text for r in text_corpus.HELD_OUT)
+    with pytest.raises(ValueError, match="not held-out"):
+        held_out.held_out_sentences(first=[text_corpus.TRAIN[0].text])
