@@ -1,16 +1,16 @@
 # CPU runtime image: the runtime (onnxruntime, Python backend) and the example model repository.
 # `make images` builds it (tools/build-images.sh): the build context holds `wheels/`, the project's wheel and
-# its dependencies' built on the host (`pip wheel '.[runtime]' 'Pillow>=10.0'`; Pillow for the
-# example models); nothing is fetched during the build.
+# its dependencies' built on the host (`pip wheel '.[runtime,examples]'`: the examples extra trains the example
+# models at build time with scikit-learn, and their Python models use Pillow); nothing is fetched during the build.
 # By hand, from the repository root:
-#   pip wheel --wheel-dir build/ctx/wheels '.[runtime]' 'Pillow>=10.0' && cp docker/runtime-cpu.Dockerfile build/ctx/Dockerfile
+#   pip wheel --wheel-dir build/ctx/wheels '.[runtime,examples]' && cp docker/runtime-cpu.Dockerfile build/ctx/Dockerfile
 #   docker build -t ensemble-runtime:dev build/ctx
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
 COPY wheels /wheels
 RUN python3 -m venv /opt/ensemble \
- && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime]" "Pillow>=10.0" \
+ && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels "ensemble-operator[runtime,examples]" \
  && /opt/ensemble/bin/python -m ensemble_examples /opt/ensemble/examples
 
 FROM ${BASE_IMAGE}

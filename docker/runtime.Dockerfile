@@ -3,7 +3,8 @@
 # need (nvidia-*, tensorrt-*-libs); the node's driver provides libcuda (NVIDIA container toolkit; which GPUs
 # a pod sees is the device plugin's NVIDIA_VISIBLE_DEVICES, never a default of this image).
 # `make images GPU=1` builds it (tools/build-images.sh): the build context holds `wheels/`, built on the host
-# (`pip wheel '.[runtime,gpu]' 'onnxruntime-gpu[cuda,cudnn]' 'Pillow>=10.0'`: several GB; TensorRT's PyPI
+# (`pip wheel '.[runtime,gpu,examples]' 'onnxruntime-gpu[cuda,cudnn]'`: several GB; the examples extra trains
+# the example models at build time with scikit-learn, their Python models use Pillow; TensorRT's PyPI
 # packages fetch their wheels from pypi.nvidia.com, which the host must reach); nothing is fetched here.
 ARG BASE_IMAGE=python:3.11-slim
 
@@ -12,7 +13,7 @@ COPY wheels /wheels
 # onnxruntime (the runtime extra) and onnxruntime-gpu install the same package; the GPU build must win.
 RUN python3 -m venv /opt/ensemble \
  && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels \
-      "ensemble-operator[runtime,gpu]" "onnxruntime-gpu[cuda,cudnn]" "Pillow>=10.0" \
+      "ensemble-operator[runtime,gpu,examples]" "onnxruntime-gpu[cuda,cudnn]" \
  && /opt/ensemble/bin/pip uninstall --yes onnxruntime onnxruntime-gpu \
  && /opt/ensemble/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps onnxruntime-gpu \
  && /opt/ensemble/bin/python -m ensemble_examples /opt/ensemble/examples

@@ -44,18 +44,19 @@ dockerfile_of() {
     esac
 }
 extras_of() {
-    case "$1" in runtime-cpu) echo runtime ;; runtime-gpu) echo runtime,gpu ;; operator) echo operator ;; esac
+    case "$1" in runtime-cpu) echo runtime,examples ;; runtime-gpu) echo runtime,gpu,examples ;; operator) echo operator ;; esac
 }
 repository_of() {
     case "$1" in runtime-*) echo "${REGISTRY}/ensemble-runtime" ;; operator) echo "${REGISTRY}/ensemble-operator" ;; esac
 }
-# Packages an image needs beyond the project's extras: the example models the runtime images embed decode
-# images with Pillow (their model.py; in the project's dev extra).
-# The GPU runtime takes onnxruntime-gpu's CUDA and cuDNN wheels (its extras) rather than a CUDA base image.
+# The runtime images embed the example repository: the `examples` extra trains its models when the image is
+# built (scikit-learn) and its Python models decode images with Pillow; the demo client can run from them too.
+# Packages an image needs beyond the project's extras: the GPU runtime takes onnxruntime-gpu's CUDA and cuDNN
+# wheels (its extras) rather than a CUDA base image.
 more_of() {
     case "$1" in
-        runtime-cpu) echo "Pillow>=10.0" ;;
-        runtime-gpu) echo "Pillow>=10.0 onnxruntime-gpu[cuda,cudnn]" ;;
+        runtime-cpu) echo "" ;;
+        runtime-gpu) echo "onnxruntime-gpu[cuda,cudnn]" ;;
         *) echo "" ;;
     esac
 }
