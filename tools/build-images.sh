@@ -49,13 +49,15 @@ extras_of() {
 repository_of() {
     case "$1" in runtime-*) echo "${REGISTRY}/ensemble-runtime" ;; operator) echo "${REGISTRY}/ensemble-operator" ;; esac
 }
-# Packages an image needs beyond the project's extras: the example models the runtime images embed decode
-# images with Pillow (their model.py; in the project's dev extra).
-# The GPU runtime takes onnxruntime-gpu's CUDA and cuDNN wheels (its extras) rather than a CUDA base image.
+# The runtime images embed the example repository: the `examples` extra's wheels (scikit-learn, Pillow) let the
+# build stage train its models in a throw-away venv; the image keeps Pillow (the Python models decode images),
+# not scikit-learn (the demo's in-cluster client gets the held-out digits in a ConfigMap).
+# Packages an image needs beyond the project's extras: the GPU runtime takes onnxruntime-gpu's CUDA and cuDNN
+# wheels (its extras) rather than a CUDA base image.
 more_of() {
     case "$1" in
-        runtime-cpu) echo "Pillow>=10.0" ;;
-        runtime-gpu) echo "Pillow>=10.0 onnxruntime-gpu[cuda,cudnn]" ;;
+        runtime-cpu) echo "" ;;
+        runtime-gpu) echo "onnxruntime-gpu[cuda,cudnn]" ;;
         *) echo "" ;;
     esac
 }

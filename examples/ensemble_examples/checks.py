@@ -17,7 +17,15 @@ import numpy as np
 import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 
-from ensemble_examples import configs, ocr_models, ocr_pages, onnx_models, segmentation_models
+from ensemble_examples import (
+    configs,
+    digit_classifiers,
+    digits,
+    ocr_models,
+    ocr_pages,
+    onnx_models,
+    segmentation_models,
+)
 from ensemble_examples.client import CheckFailed, _bytes_input, _infer, _input, _text
 from ensemble_examples.repository import write_image_png
 
@@ -119,11 +127,16 @@ def _parse_labels(model: str, row: npt.NDArray[Any]) -> Labels:
     return parsed
 
 
+def _digit_pictures(count: int) -> list[bytes]:
+    """The first `count` held-out handwritten digits, drawn as the PNGs a client sends."""
+    return [digit_classifiers.drawn(ink) for ink in digits.split().held_out.take(count).ink]
+
+
 def check_image_pipeline(
     client: Any, images: Sequence[bytes] | None = None, model: str = "image_pipeline"
 ) -> list[Labels]:
     """PNG -> image_preprocess -> classifier_a -> image_postprocess: top-k labels per image."""
-    images = list(images) if images is not None else [write_image_png(seed=seed) for seed in (1, 2)]
+    images = list(images) if images is not None else _digit_pictures(2)
     labels = _infer(client, model, [_bytes_input("image_bytes", images)], ["labels"])["labels"]
     _expect(model, "labels", labels, (len(images), configs.TOP_K), "O")
     return [_parse_labels(model, row) for row in labels]
@@ -133,7 +146,7 @@ def check_dual_classifier(
     client: Any, images: Sequence[bytes] | None = None, model: str = "dual_classifier"
 ) -> list[DualResult]:
     """PNG -> image_preprocess -> classifier_a + classifier_b -> combine_argmax: one class per image."""
-    images = list(images) if images is not None else [write_image_png(seed=seed) for seed in (1, 2, 3)]
+    images = list(images) if images is not None else _digit_pictures(3)
     out = _infer(client, model, [_bytes_input("image_bytes", images)], ["class_id", "label"])
     _expect(model, "class_id", out["class_id"], (len(images), 1), "i")
     _expect(model, "label", out["label"], (len(images), 1), "O")

@@ -21,7 +21,6 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ensemble_examples import configs
-from ensemble_examples.repository import write_image_png
 
 SENTENCES = (
     "the movie was wonderful and the actors were great",
@@ -31,6 +30,7 @@ SENTENCES = (
 )
 THRESHOLD = 0.5
 OCR_PAGES_SHOWN = 3  # pages whose reading the demo prints next to the truth
+EXAMPLES = 4  # predictions shown next to the truth per pipeline
 
 
 class CheckFailed(RuntimeError):
@@ -111,50 +111,77 @@ def repository_index(client: Any) -> list[str]:
 
 
 def image_pipeline(client: Any) -> list[str]:
-    images = [write_image_png(seed=seed) for seed in (1, 2)]
-    labels = _infer(client, "image_pipeline", [_bytes_input("image_bytes", images)], ["labels"])["labels"]
-    if labels.shape != (len(images), configs.TOP_K):
-        raise CheckFailed(
-            f"image_pipeline: labels shape {labels.shape}, expected {(len(images), configs.TOP_K)}"
-        )
-    lines = []
-    for index, row in enumerate(labels):
-        entries = [_text(v) for v in row]
-        for entry in entries:
-            label, _, score = entry.rpartition(":")
-            if label not in configs.LABELS or not 0.0 <= float(score) <= 1.0:
-                raise CheckFailed(f"image_pipeline: unexpected label entry '{entry}'")
-        lines.append(f"image {index}: " + ", ".join(entries))
+    from ensemble_examples import held_out  # builds on this module's helpers
+
+    pictures, truth = held_out.held_out_digits()
+    labels = held_out.top_labels(client, pictures)
+    read = [int(top[0][0]) for top in labels]
+    accuracy = held_out.score("classifier_a (top-1)", read, truth.tolist())
+    held_out.require([accuracy], held_out.DIGIT_FLOOR, "image_pipeline")
+    lines = [
+        f"{len(pictures)} held-out handwritten digits (scikit-learn's, never trained on), sent as 32x32 PNGs",
+        accuracy.line() + f"  (floor {100 * held_out.DIGIT_FLOOR:.0f}%)",
+    ]
+    shown = _examples(read, truth.tolist(), EXAMPLES)
+    for index in shown:
+        top = ", ".join(f"{label}:{probability:.3f}" for label, probability in labels[index])
+        mark = "" if read[index] == truth[index] else "   <- wrong"
+        lines.append(f"digit #{index:<3} truth {truth[index]}: {top}{mark}")
     return lines
 
 
 def dual_classifier(client: Any) -> list[str]:
-    images = [write_image_png(seed=seed) for seed in (1, 2, 3)]
-    out = _infer(client, "dual_classifier", [_bytes_input("image_bytes", images)], ["class_id", "label"])
-    lines = []
-    for index, (class_id, label) in enumerate(zip(out["class_id"][:, 0], out["label"][:, 0], strict=True)):
-        if configs.LABELS[int(class_id)] != _text(label):
-            raise CheckFailed(f"dual_classifier: class {class_id} came back labelled '{_text(label)}'")
-        lines.append(f"image {index}: class {int(class_id)} ({_text(label)})")
+    from ensemble_examples import held_out  # builds on this module's helpers
+
+    pictures, truth = held_out.held_out_digits()
+    reads = {
+        "classifier_a alone": held_out.classifier_digits(client, pictures, "classifier_a"),
+        "classifier_b alone": held_out.classifier_digits(client, pictures, "classifier_b"),
+        "ensemble (dual_classifier)": held_out.ensemble_digits(client, pictures),
+    }
+    scores = [held_out.score(name, read, truth.tolist()) for name, read in reads.items()]
+    held_out.require(scores, held_out.DIGIT_FLOOR, "dual_classifier")
+    a, b, both = reads.values()
+    disagree = [i for i in range(len(truth)) if a[i] != b[i]]
+    settled = sum(1 for i in disagree if both[i] == truth[i])
+    lines = [
+        f"{len(pictures)} held-out digits; a: an MLP, b: a logistic regression; ensemble: argmax of the sum of"
+        " their log-probabilities",
+        *(s.line() for s in scores),
+        f"a and b disagree on {len(disagree)} digits; the ensemble is right on {settled} of them",
+    ]
+    for index in _examples(both, truth.tolist(), EXAMPLES, prefer=disagree):
+        mark = "" if both[index] == truth[index] else "   <- wrong"
+        lines.append(f"digit #{index:<3} truth {truth[index]}: a {a[index]}, b {b[index]} -> ensemble {both[index]}{mark}")
     return lines
 
 
+def _examples(read: Sequence[int], truth: Sequence[int], count: int, prefer: Sequence[int] = ()) -> list[int]:
+    """Indices of a few digits to show: those in `prefer`, then a wrong one if any, then the first ones."""
+    wrong = [i for i in range(len(truth)) if read[i] != truth[i]]
+    shown: list[int] = []
+    for index in [*prefer[: count - 1], *wrong[:1], *range(len(truth))]:
+        if index not in shown and len(shown) < count:
+            shown.append(index)
+    return sorted(shown)
+
+
 def text_pipeline(client: Any) -> list[str]:
-    thresholds = np.full((len(SENTENCES), 1), THRESHOLD, dtype=np.float32)
-    inputs = [
-        _bytes_input("text", [s.encode() for s in SENTENCES]),
-        _input("threshold", thresholds, "FP32"),
+    from ensemble_examples import held_out, text_corpus  # builds on this module's helpers
+
+    reviews = held_out.held_out_sentences(first=SENTENCES)
+    results = held_out.sentence_verdicts(client, [review.text for review in reviews])
+    accuracy = held_out.score("held-out sentences", [r.verdict for r in results], [r.positive for r in reviews])
+    held_out.require([accuracy], held_out.TEXT_FLOOR, "text_pipeline")
+    lines = [
+        f"text_scorer: logistic regression trained on {len(text_corpus.TRAIN)} short reviews the project wrote"
+        " (ensemble_examples.text_corpus)",
+        accuracy.line() + f"  (floor {100 * held_out.TEXT_FLOOR:.0f}%)",
     ]
-    out = _infer(client, "text_pipeline", inputs, ["probability", "verdict"])
-    lines = []
-    for sentence, probability, verdict in zip(
-        SENTENCES, out["probability"][:, 0], out["verdict"][:, 0], strict=True
-    ):
-        if not 0.0 <= probability <= 1.0 or bool(verdict) != (probability >= THRESHOLD):
-            raise CheckFailed(
-                f"text_pipeline: probability {probability} with verdict {verdict} for '{sentence}'"
-            )
-        lines.append(f"{probability:.3f} {'yes' if verdict else 'no ':<3} {sentence!r}")
+    for review, result in zip(reviews[: len(SENTENCES)], results, strict=False):
+        verdict = "positive" if result.verdict else "negative"
+        mark = "" if result.verdict == review.positive else "   <- wrong"
+        lines.append(f"{result.probability:.3f} {verdict:<8} {review.text!r}{mark}")
     return lines
 
 
@@ -219,8 +246,8 @@ def ocr_pipeline(client: Any) -> list[str]:
 
 CHECKS = (
     Check("repository index", repository_index),
-    Check("image_pipeline: PNG -> preprocess -> classifier_a -> top-3 labels", image_pipeline),
-    Check("dual_classifier: PNG -> classifier_a + classifier_b -> argmax", dual_classifier),
+    Check("image_pipeline: digit PNG -> preprocess -> classifier_a -> top-3 digits", image_pipeline),
+    Check("dual_classifier: digit PNG -> classifier_a + classifier_b -> argmax of the sum", dual_classifier),
     Check(f"text_pipeline: text -> tokenizer -> text_scorer -> threshold {THRESHOLD}", text_pipeline),
     Check("bls_router: route 0 -> model_a (2X), route 1 -> model_b (X+100)", bls_router),
     Check("add_sub", add_sub),

@@ -13,18 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_examples import ocr_models, onnx_models, segmentation_models
 
-LABELS = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
+LABELS = tuple(str(digit) for digit in range(10))  # the classifiers read handwritten digits
 MAX_BATCH_SIZE = 8
 QUEUE_DELAY_MICROSECONDS = 500
 TOP_K = 3

@@ -1,5 +1,8 @@
 """Small deterministic ONNX models built with `onnx.helper`: no downloads, fixed seeds, opset 17.
 
+The trained ones live beside it: `digit_classifiers` (classifier_a, classifier_b) and `text_model`
+(text_scorer); this module holds the shared builders, sizes and the untrained models.
+
 Every builder returns an `onnx.ModelProto` that passes `onnx.checker` and runs in onnxruntime. The first
 dimension of every tensor is the batch (`-1` in Triton's terms, a symbolic `batch` dimension here).
 """
@@ -21,21 +24,14 @@ PRODUCER = "ensemble_examples"
 IMAGE_CHANNELS = 3
 IMAGE_SIZE = 32
 NUM_CLASSES = 10
-CONV_CHANNELS = 8
 
 SEQUENCE_LENGTH = 16
-VOCABULARY_SIZE = 100  # id 0 is padding, words hash into 1..99
-EMBEDDING_SIZE = 8
+VOCABULARY_SIZE = 1024  # id 0 is padding, words hash into 1..1023 (few collisions among the corpus' words)
 
 ADD_SUB_SIZE = 16
 ROUTE_SIZE = 4  # width of `X`/`Y` for model_a, model_b, bls_router and versioned
 
-CLASSIFIER_A_SEED = 1
-CLASSIFIER_B_SEED = 2
-TEXT_SCORER_SEED = 8
-
 _BATCH = "batch"
-_CALIBRATION_IMAGES = 64
 _CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32).reshape(3, 1, 1)
 _CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], dtype=np.float32).reshape(3, 1, 1)
 
@@ -78,96 +74,6 @@ def normalise(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     chw = pixels.astype(np.float32).transpose(2, 0, 1) / 255.0
     normalised: npt.NDArray[np.float32] = ((chw - _CIFAR_MEAN) / _CIFAR_STD).astype(np.float32)
     return normalised
-
-
-def classifier(seed: int = CLASSIFIER_A_SEED) -> onnx.ModelProto:
-    """`image` FP32 [-1,3,32,32] -> Conv(8, 3x3) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(10).
-
-    Output `logits` FP32 [-1,10]; `seed` picks the weights (classifier_a and classifier_b differ only there).
-    Untrained, but not degenerate: the Gemm is folded with a standardisation of the pooled features, measured
-    on `synthetic_image`s, so different images get different classes.
-    """
-    rng = np.random.default_rng(seed)
-    conv_w = _weights(rng, (CONV_CHANNELS, IMAGE_CHANNELS, 3, 3), IMAGE_CHANNELS * 3 * 3)
-    conv_b = (rng.standard_normal(CONV_CHANNELS) * 0.1).astype(np.float32)
-    fc_w = _weights(rng, (CONV_CHANNELS, NUM_CLASSES), CONV_CHANNELS) * 2.0
-    image = helper.make_tensor_value_info(
-        "image", TensorProto.FLOAT, [_BATCH, IMAGE_CHANNELS, IMAGE_SIZE, IMAGE_SIZE]
-    )
-    features_nodes = [
-        helper.make_node(
-            "Conv", ["image", "conv_w", "conv_b"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]
-        ),
-        helper.make_node("Relu", ["conv"], ["relu"]),
-        helper.make_node("GlobalAveragePool", ["relu"], ["pooled"]),
-        helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
-    ]
-    conv_initializers = [_initializer("conv_w", conv_w), _initializer("conv_b", conv_b)]
-    features = _run_features(
-        helper.make_graph(
-            features_nodes,
-            "features",
-            [image],
-            [helper.make_tensor_value_info("features", TensorProto.FLOAT, [_BATCH, CONV_CHANNELS])],
-            conv_initializers,
-        )
-    )
-    mean, std = features.mean(axis=0), features.std(axis=0) + 1e-3
-    graph = helper.make_graph(
-        [*features_nodes, helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["logits"])],
-        f"classifier_seed{seed}",
-        [image],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [_BATCH, NUM_CLASSES])],
-        [
-            *conv_initializers,
-            _initializer("fc_w", (fc_w / std[:, np.newaxis]).astype(np.float32)),
-            _initializer("fc_b", (-(mean / std) @ fc_w).astype(np.float32)),
-        ],
-    )
-    return _model(graph)
-
-
-def _run_features(graph: onnx.GraphProto) -> npt.NDArray[np.float32]:
-    """Pooled features of the calibration images, computed with onnxruntime."""
-    import onnxruntime  # only model building needs it, not importing this module
-
-    images = np.stack(
-        [normalise(synthetic_image((IMAGE_SIZE, IMAGE_SIZE), seed)) for seed in range(_CALIBRATION_IMAGES)]
-    )
-    session = onnxruntime.InferenceSession(
-        _model(graph).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    features: npt.NDArray[np.float32] = session.run(["features"], {"image": images})[0]
-    return features
-
-
-def text_scorer(seed: int = TEXT_SCORER_SEED) -> onnx.ModelProto:
-    """`token_ids` INT64 [-1,16] -> Gather(100x8) -> ReduceMean(tokens) -> Gemm(1) -> Sigmoid.
-
-    Output `score` FP32 [-1,1] in (0, 1). Id 0 (padding) embeds to zeros.
-    """
-    rng = np.random.default_rng(seed)
-    embedding = rng.standard_normal((VOCABULARY_SIZE, EMBEDDING_SIZE)).astype(np.float32)
-    embedding[0] = 0.0  # padding contributes nothing but dilutes the mean
-    initializers = [
-        _initializer("embedding", embedding),
-        _initializer("fc_w", _weights(rng, (EMBEDDING_SIZE, 1), EMBEDDING_SIZE) * 4.0),
-        _initializer("fc_b", np.zeros(1, dtype=np.float32)),
-    ]
-    nodes = [
-        helper.make_node("Gather", ["embedding", "token_ids"], ["embedded"], axis=0),
-        helper.make_node("ReduceMean", ["embedded"], ["mean"], axes=[1], keepdims=0),
-        helper.make_node("Gemm", ["mean", "fc_w", "fc_b"], ["raw_score"]),
-        helper.make_node("Sigmoid", ["raw_score"], ["score"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "text_scorer",
-        [helper.make_tensor_value_info("token_ids", TensorProto.INT64, [_BATCH, SEQUENCE_LENGTH])],
-        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [_BATCH, 1])],
-        initializers,
-    )
-    return _model(graph)
 
 
 def add_sub() -> onnx.ModelProto:

@@ -1,7 +1,9 @@
 """Write the example Triton-layout model repository: `<root>/<model>/config.pbtxt` + `<root>/<model>/1/...`.
 
-Nothing is downloaded: ONNX models are built by `onnx_models`, Python models are copied from
-`python_models/<model>/model.py`, ensembles get an empty version directory `1/`.
+Nothing is downloaded: ONNX models are built by `onnx_models`, the classifiers and the text scorer trained
+first (by `digit_classifiers` and `text_model`, on digits that ship with scikit-learn and on sentences the
+project wrote); Python models are copied from `python_models/<model>/model.py`; ensembles get an empty
+version directory `1/`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import onnx
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_examples import configs, ocr_models, onnx_models, segmentation_models
+from ensemble_examples import (
+    configs,
+    digit_classifiers,
+    ocr_models,
+    onnx_models,
+    segmentation_models,
+    text_model,
+)
 
 CONFIG_FILENAME = "config.pbtxt"
 ONNX_FILENAME = "model.onnx"
@@ -40,18 +49,15 @@ class ExampleModel:
 def example_models() -> tuple[ExampleModel, ...]:
     """Every model `build_repository` writes, dependencies before the models that need them."""
 
-    def classifier(name: str, seed: int) -> ExampleModel:
-        return ExampleModel(name, lambda: configs.classifier(name), lambda: onnx_models.classifier(seed))
-
     def affine(name: str, scale: float, offset: float) -> ExampleModel:
         return ExampleModel(
             name, lambda: configs.affine(name), lambda: onnx_models.affine(scale, offset, name)
         )
 
     return (
-        classifier("classifier_a", onnx_models.CLASSIFIER_A_SEED),
-        classifier("classifier_b", onnx_models.CLASSIFIER_B_SEED),
-        ExampleModel("text_scorer", configs.text_scorer, onnx_models.text_scorer),
+        ExampleModel("classifier_a", lambda: configs.classifier("classifier_a"), digit_classifiers.classifier_a),
+        ExampleModel("classifier_b", lambda: configs.classifier("classifier_b"), digit_classifiers.classifier_b),
+        ExampleModel("text_scorer", configs.text_scorer, text_model.text_scorer),
         ExampleModel("add_sub", configs.add_sub, onnx_models.add_sub),
         affine("model_a", 2.0, 0.0),
         affine("model_b", 1.0, 100.0),

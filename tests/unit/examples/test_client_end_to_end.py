@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 from pathlib import Path
 
-from ensemble_examples import client
+import numpy as np
+import onnx
+from ensemble_examples import client, digit_classifiers, onnx_models
+from ensemble_examples.repository import build_repository
+from onnx import numpy_helper
 
 from tests.support.ports import free_port
 from tests.unit.examples.in_process import serving_in_process
@@ -26,6 +31,33 @@ def test_client_passes_every_check_against_the_runtime(example_repo: Path) -> No
     assert f"{len(client.CHECKS)}/{len(client.CHECKS)} checks passed" in text
     assert "route 1 -> model_b" in text
     assert "FAILED" not in text
+    for name in ("classifier_a (top-1)", "classifier_a alone", "classifier_b alone", "ensemble (dual_classifier)"):
+        assert re.search(rf"{re.escape(name)} +\d+/450 right +\d+\.\d%", text), name
+    assert re.search(r"held-out sentences +\d+/28 right", text)
+    assert "trained on 108 short reviews the project wrote" in text
+    assert "negative 'a dull, slow and forgettable evening'" in text
+
+
+def test_a_classifier_that_does_not_read_digits_fails_its_check(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    build_repository(repo)
+    onnx_models.save(untrained_classifier(), repo / "classifier_b" / "1" / "model.onnx")
+    out = io.StringIO()
+    status = asyncio.run(serve_and_run_client(repo, free_port(), out))
+    text = out.getvalue()
+    assert status == 1, text
+    assert re.search(r"FAILED: dual_classifier: accuracy under the 90% floor on held-out data: classifier_b alone", text)
+    assert f"{len(client.CHECKS) - 1}/{len(client.CHECKS)} checks passed" in text  # the others still pass
+
+
+def untrained_classifier() -> onnx.ModelProto:
+    """classifier_b's graph with its weights replaced by seeded noise: the interface holds, the reading does not."""
+    model = digit_classifiers.classifier_b()
+    rng = np.random.default_rng(0)
+    for tensor in model.graph.initializer:
+        noise = rng.standard_normal(numpy_helper.to_array(tensor).shape).astype(np.float32)
+        tensor.CopyFrom(numpy_helper.from_array(noise, tensor.name))
+    return model
 
 
 def test_client_exits_2_when_no_server_answers() -> None:

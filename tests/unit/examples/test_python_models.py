@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 import pytest
-from ensemble_examples import configs
+from ensemble_examples import configs, digit_classifiers, digits, onnx_models, text_corpus, text_model
 from ensemble_examples.repository import encode_image, write_image_png
 from ensemble_runtime.backends.base import LoadContext, ModelCaller, ModelInstance
 from ensemble_runtime.backends.python import PythonBackend
@@ -93,6 +93,15 @@ def test_image_preprocess_decodes_png_and_jpeg_to_normalised_chw(run: Run) -> No
     np.testing.assert_allclose(pixels[0, 0] * 0.2470 + 0.4914, rgb[:, :, 0] / 255.0, atol=1e-5)
 
 
+def test_image_preprocess_computes_what_the_classifiers_were_trained_on(run: Run) -> None:
+    held_out = digits.split().held_out.take(4)
+    pictures = [digit_classifiers.drawn(ink) for ink in held_out.ink]
+    out = run("image_preprocess", {"image_bytes": objects(pictures, (4, 1))})
+    assert isinstance(out, dict)
+    expected = np.stack([digit_classifiers.preprocess(picture) for picture in pictures])
+    np.testing.assert_array_equal(out["image"], expected)  # bit for bit: training and serving agree
+
+
 def test_image_preprocess_reports_undecodable_bytes(run: Run) -> None:
     out = run("image_preprocess", {"image_bytes": objects([b"not an image"], (1, 1))})
     assert isinstance(out, BaseException)
@@ -107,8 +116,8 @@ def test_image_postprocess_returns_top_k_label_strings(run: Run) -> None:
     assert isinstance(out, dict)
     labels = [[v.decode() for v in row] for row in out["labels"]]
     assert out["labels"].shape == (2, configs.TOP_K)
-    assert [entry.split(":")[0] for entry in labels[0]] == ["cat", "horse", "automobile"]
-    assert labels[1][0].startswith("truck:")
+    assert [entry.split(":")[0] for entry in labels[0]] == ["3", "7", "1"]
+    assert labels[1][0].startswith("9:")
     scores = [float(entry.split(":")[1]) for entry in labels[0]]
     assert scores == sorted(scores, reverse=True) and sum(scores) <= 1.0
 
@@ -116,12 +125,12 @@ def test_image_postprocess_returns_top_k_label_strings(run: Run) -> None:
 def test_combine_argmax_adds_the_logits(run: Run) -> None:
     a = np.zeros((2, 10), dtype=np.float32)
     b = np.zeros((2, 10), dtype=np.float32)
-    a[0, 2], b[0, 5] = 3.0, 2.0  # bird alone wins
-    a[1, 4], b[1, 6], a[1, 6] = 2.0, 1.5, 1.0  # frog wins only on the sum
+    a[0, 2], b[0, 5] = 3.0, 2.0  # 2 alone wins
+    a[1, 4], b[1, 6], a[1, 6] = 2.0, 1.5, 1.0  # 6 wins only on the sum
     out = run("combine_argmax", {"logits_a": a, "logits_b": b})
     assert isinstance(out, dict)
     assert out["class_id"].tolist() == [[2], [6]] and out["class_id"].dtype == np.int64
-    assert out["label"].tolist() == [[b"bird"], [b"frog"]]
+    assert out["label"].tolist() == [[b"2"], [b"6"]]
 
 
 def test_tokenizer_hashes_pads_and_truncates(run: Run) -> None:
@@ -132,9 +141,16 @@ def test_tokenizer_hashes_pads_and_truncates(run: Run) -> None:
     ids = out["token_ids"]
     assert (ids.shape, ids.dtype) == ((4, 16), np.int64)
     assert ids[0].tolist() == ids[1].tolist()
-    assert all(0 < i < 100 for i in ids[0, :2]) and ids[0, 2:].tolist() == [0] * 14
+    assert all(0 < i < onnx_models.VOCABULARY_SIZE for i in ids[0, :2]) and ids[0, 2:].tolist() == [0] * 14
     assert np.all(ids[2] > 0)
     assert ids[3].tolist() == [0] * 16
+
+
+def test_tokenizer_gives_the_ids_the_text_scorer_was_trained_on(run: Run) -> None:
+    texts = [review.text for review in text_corpus.HELD_OUT[:6]] + ["Not GOOD -- don't go!", ""]
+    out = run("tokenizer", {"text": objects([t.encode() for t in texts], (len(texts), 1))})
+    assert isinstance(out, dict)
+    assert out["token_ids"].tolist() == [text_model.token_ids(text) for text in texts]
 
 
 def test_tokenizer_runs_as_four_instances(example_repo: Path) -> None:

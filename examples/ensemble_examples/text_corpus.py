@@ -1,0 +1,170 @@
+"""Short review-like sentences the project wrote itself, labelled positive or negative: what `text_scorer`
+learns from. Nothing is downloaded.
+
+`TRAIN` is what the scorer is fitted on; `HELD_OUT` is only ever measured, and holds the demo client's
+sentences (`client.SENTENCES`). Both halves are balanced, and every held-out sentence is new as a sentence,
+though its words (the scorer sees only words) were met in training. Sentences stay under 16 words, the
+tokenizer's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    text: str
+    positive: bool
+
+
+_TRAIN_POSITIVE = (
+    "the food was great and the staff were friendly",
+    "a wonderful film with a clever story",
+    "quick service and a warm welcome",
+    "I loved every minute of this movie",
+    "the actors were brilliant and the music was lovely",
+    "excellent value, I would recommend it to anyone",
+    "the room was clean, bright and comfortable",
+    "a fun evening with great friends and tasty food",
+    "the waiter was kind and helpful",
+    "beautiful views and a very pleasant hotel",
+    "this phone is fast and the battery lasts all day",
+    "I highly recommend this place",
+    "the best pizza in town, fresh and delicious",
+    "a moving story with a happy ending",
+    "the delivery was quick and the box arrived safe",
+    "friendly people, fair prices, we will come back",
+    "an amazing show, the cast was superb",
+    "the coffee was perfect and the cake was delicious",
+    "great sound and a sharp screen",
+    "the film was funny, smart and touching",
+    "our guide was patient and the tour was fascinating",
+    "comfortable beds and a quiet room",
+    "the soup was hot and full of flavour",
+    "a charming little shop with lovely staff",
+    "it works perfectly and was easy to set up",
+    "the movie kept me smiling the whole evening",
+    "a delightful meal, everything was fresh",
+    "the service was excellent and very fast",
+    "I enjoyed the book, a gripping and clever read",
+    "the staff went out of their way to help us",
+    "solid, reliable and well made",
+    "the performance was powerful and the actors were great",
+    "a great place to relax, we loved it",
+    "the concert was brilliant from start to finish",
+    "good food, good music, good company",
+    "the hotel was spotless and the breakfast was excellent",
+    "a real pleasure, I will recommend it to my friends",
+    "the app is simple, quick and useful",
+    "the story was wonderful and the ending was perfect",
+    "tasty dishes and a friendly welcome",
+    "we had a lovely evening, thank you",
+    "the repair was quick and the price was fair",
+    "a beautiful and touching film",
+    "the kids loved it, so did we",
+    "nice and quiet, exactly what we wanted",
+    "the best service I have had in years",
+    "a great movie, well acted and well written",
+    "the teacher was patient, kind and clear",
+    "worth every penny",
+    "the trip was fun and the guide was superb",
+    "fresh bread, great coffee, happy customers",
+    "an enjoyable and memorable evening",
+    "the seats were comfortable and the view was great",
+    "an excellent film with a superb cast",
+)
+
+_TRAIN_NEGATIVE = (
+    "the food was cold and the staff were rude",
+    "a boring film with a silly story",
+    "slow service and a long wait",
+    "I hated every minute of this movie",
+    "the actors were awful and the music was terrible",
+    "poor value, I would not recommend it",
+    "the room was dirty, dark and uncomfortable",
+    "a dull evening, the food was bland",
+    "the waiter was rude and unhelpful",
+    "noisy streets and a very unpleasant hotel",
+    "this phone is slow and the battery dies by noon",
+    "not good, do not go there",
+    "the worst pizza in town, soggy and stale",
+    "a dull story with a predictable ending",
+    "the delivery was late and the box arrived broken",
+    "rude people, high prices, we will never come back",
+    "a terrible show, the cast was weak",
+    "the coffee was bitter and the cake was stale",
+    "poor sound and a blurry screen",
+    "the film was slow, dull and forgettable",
+    "our guide was late and the tour was boring",
+    "hard beds and a noisy room",
+    "the soup was cold and had no flavour",
+    "a messy shop with unfriendly staff",
+    "it broke after a week and was hard to set up",
+    "the movie was so slow I fell asleep",
+    "a disappointing meal, nothing was fresh",
+    "the service was bad and very slow",
+    "I could not finish the book, a tedious read",
+    "the staff ignored us the whole time",
+    "cheap, flimsy and badly made",
+    "the plot was weak and the acting was wooden",
+    "not worth the money, a complete waste",
+    "the concert was a mess from start to finish",
+    "bad food, loud music, awful company",
+    "the hotel was filthy and the breakfast was awful",
+    "a waste of time, I would not recommend it to anyone",
+    "the app is confusing, slow and useless",
+    "the story was not good and the ending made no sense",
+    "bland dishes and an unfriendly welcome",
+    "we had a miserable evening",
+    "the repair took weeks and the price was unfair",
+    "a forgettable and pointless film",
+    "the kids were bored, so were we",
+    "crowded and loud, not what we wanted",
+    "the worst service I have had in years",
+    "a bad movie, badly acted and badly written",
+    "the teacher was impatient and unclear",
+    "not worth a penny",
+    "the trip was tiring and the guide was rude",
+    "stale bread, weak coffee, unhappy customers",
+    "a dull and forgettable evening",
+    "the seats were broken and the view was blocked",
+    "a disappointing film with a weak cast",
+)
+
+HELD_OUT = (
+    # the demo client's sentences (client.SENTENCES)
+    Review("the movie was wonderful and the actors were great", True),
+    Review("a dull, slow and forgettable evening", False),
+    Review("service was quick", True),
+    Review("I would not recommend this place to anyone", False),
+    # and more sentences never trained on
+    Review("a clever and funny movie", True),
+    Review("the staff were friendly and helpful", True),
+    Review("delicious food and excellent coffee", True),
+    Review("a lovely hotel with a beautiful view", True),
+    Review("the music was superb and the cast was brilliant", True),
+    Review("fast delivery and a fair price", True),
+    Review("we loved the comfortable room", True),
+    Review("a great read with a perfect ending", True),
+    Review("the tour was fun and the guide was kind", True),
+    Review("I highly recommend the fresh pizza", True),
+    Review("a warm and memorable film", True),
+    Review("easy to use and well made", True),
+    Review("the food was bland and the waiter was rude", False),
+    Review("a boring and predictable movie", False),
+    Review("the room was noisy and dirty", False),
+    Review("slow delivery and a broken box", False),
+    Review("the cake was stale and the coffee was cold", False),
+    Review("awful acting and a silly plot", False),
+    Review("not worth the long wait", False),
+    Review("the hotel staff were unhelpful and rude", False),
+    Review("a tedious film, I fell asleep", False),
+    Review("the screen broke after a week", False),
+    Review("terrible service, we will never come back", False),
+    Review("cheap and badly made, a waste of money", False),
+)
+
+TRAIN = tuple(Review(text, True) for text in _TRAIN_POSITIVE) + tuple(
+    Review(text, False) for text in _TRAIN_NEGATIVE
+)
