@@ -114,9 +114,10 @@ def repository_key() -> str:
 
 
 def trained_repository(progress: Progress, cache: Path, workdir: Path) -> tuple[Path, list[str]]:
-    """A copy, under `workdir`, of the example repository the demo's Ensembles need: trained and written into
-    `cache/<key>` the first time, copied from there later (training takes a while on 2 cores)."""
-    from ensemble_examples.repository import build_repository
+    """A copy, under `workdir`, of the example repository the demo's Ensembles need, and beside it (`next/`)
+    the version the rollover publishes: trained into `cache/<key>` the first time, copied from there later
+    (training takes a while on 2 cores)."""
+    from ensemble_examples.repository import build_repository, write_new_version
 
     cached = cache / f"repository-{repository_key()}"
     if not cached.is_dir():
@@ -124,14 +125,16 @@ def trained_repository(progress: Progress, cache: Path, workdir: Path) -> tuple[
         partial = Path(tempfile.mkdtemp(prefix=".repository-", dir=cache))
         try:
             with progress.ticking("training the example models (scikit-learn) and exporting them to ONNX", 40):
-                build_repository(partial, only=REPOSITORY_ENSEMBLES)
+                build_repository(partial / "repository", only=REPOSITORY_ENSEMBLES)
+                about = write_new_version(partial / "next", ROLL_MODEL, 2)
+                (partial / "next" / "ABOUT").write_text(about)
             partial.rename(cached)
         finally:
             shutil.rmtree(partial, ignore_errors=True)  # gone after the rename; what a failure left otherwise
     else:
         progress.say(f"trained models: cached ({cached})")
+    shutil.copytree(cached, workdir, dirs_exist_ok=True)
     root = workdir / "repository"
-    shutil.copytree(cached, root)
     return root, sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
@@ -307,7 +310,6 @@ def served(target: Target, name: str) -> dict[str, int]:
 
 def rollover(progress: Progress, target: Target, root: Path, figures: Figures) -> None:
     from ensemble_examples.manifests import resource_name
-    from ensemble_examples.repository import write_new_version
 
     model = resource_name(ROLL_MODEL)
     before = served(target, ROLL_ENSEMBLE)
@@ -336,7 +338,8 @@ def rollover(progress: Progress, target: Target, root: Path, figures: Figures) -
         raise TimeoutError("the load pod printed nothing in 180 s")
     time.sleep(6.0)  # let the load show a steady state on the old version first
     version_dir = root / ROLL_MODEL / "2"
-    description = write_new_version(root, ROLL_MODEL, 2)
+    shutil.copytree(root.parent / "next" / ROLL_MODEL / "2", version_dir)
+    description = (root.parent / "next" / "ABOUT").read_text()
     published_at = time.monotonic()
     keys = upload_version(target.s3, root, ROLL_MODEL, 2)
     progress.say(f"published {ROLL_MODEL} version 2 ({description}): {len(keys)} objects to "

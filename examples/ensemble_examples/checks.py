@@ -229,10 +229,12 @@ def check_ocr_reading(
     strings: int = OCR_STRINGS,
     model: str = "ocr_pipeline",
     floors: tuple[float, float] = OCR_FLOORS,
+    source: digits.Digits | None = None,
 ) -> OcrReading:
     """Held-out pages holding `strings` words -> `ocr_pipeline`, one page per request; fails when the share of
-    words read exactly or of digits read right is below `floors` (strings, digits)."""
-    pages = ocr_pages.held_out_pages(strings)
+    words read exactly or of digits read right is below `floors` (strings, digits). `source`: the held-out
+    digits when they come from a file."""
+    pages = ocr_pages.held_out_pages(strings, source=source)
     reading = OcrReading([check_ocr_pipeline(client, page.png(), model).text for page in pages], [p.truth for p in pages])
     for (right, total), floor, what in zip((reading.strings, reading.digits), floors, ("strings", "digits"), strict=True):
         if right < floor * total:

@@ -59,9 +59,10 @@ def require(scores: Sequence[Score], floor: float, model: str) -> None:
         raise CheckFailed(f"{model}: accuracy under the {100 * floor:.0f}% floor on held-out data: {found}")
 
 
-def held_out_digits(count: int | None = None) -> tuple[list[bytes], Digits]:
-    """The held-out digits (all 450, or the first `count`) as the PNGs a client sends, and their labels."""
-    held_out = digits.split().held_out
+def held_out_digits(count: int | None = None, source: digits.Digits | None = None) -> tuple[list[bytes], Digits]:
+    """The held-out digits (all 450, or the first `count`) as the PNGs a client sends, and their labels.
+    `source`: the held-out digits when they come from a file (`digits.load`), not from scikit-learn."""
+    held_out = source if source is not None else digits.split().held_out
     if count is not None:
         held_out = held_out.take(count)
     return [digit_classifiers.drawn(ink) for ink in held_out.ink], held_out.labels
@@ -87,11 +88,13 @@ def ensemble_digits(client: Any, pictures: Sequence[bytes], model: str = "dual_c
     return [result.class_id for result in results]
 
 
-def classifier_digits(client: Any, pictures: Sequence[bytes], classifier: str) -> list[int]:
-    """One served classifier alone: each batch through `image_preprocess`, then through `classifier`."""
+def classifier_digits(
+    client: Any, pictures: Sequence[bytes], classifier: str, preprocess: str = "image_preprocess"
+) -> list[int]:
+    """One served classifier alone: each batch through `preprocess`, then through `classifier`."""
 
     def read(batch: Sequence[bytes]) -> list[int]:
-        image = _infer(client, "image_preprocess", [_bytes_input("image_bytes", batch)], ["image"])["image"]
+        image = _infer(client, preprocess, [_bytes_input("image_bytes", batch)], ["image"])["image"]
         logits = _infer(client, classifier, [_input("image", image, "FP32")], ["logits"])["logits"]
         _expect(classifier, "logits", logits, (len(batch), len(configs.LABELS)), "f")
         return [int(digit) for digit in logits.argmax(axis=1)]

@@ -72,9 +72,10 @@ def draw_page(source: digits.Digits, seed: int, words: int = MAX_WORDS) -> Page:
     return Page(digits.grey(ink), tuple(placed))
 
 
-def held_out_pages(strings: int, first_seed: int = 0) -> list[Page]:
-    """Pages holding `strings` words in all (full pages, then the rest), drawn from held-out digits."""
-    held_out = digits.split().held_out
+def held_out_pages(strings: int, first_seed: int = 0, source: digits.Digits | None = None) -> list[Page]:
+    """Pages holding `strings` words in all (full pages, then the rest), drawn from held-out digits (`source`
+    when they come from a file, `digits.load`, rather than from scikit-learn)."""
+    held_out = source if source is not None else digits.split().held_out
     pages: list[Page] = []
     for seed in range(first_seed, first_seed + (strings + MAX_WORDS - 1) // MAX_WORDS):
         pages.append(draw_page(held_out, seed, min(MAX_WORDS, strings - MAX_WORDS * len(pages))))

@@ -139,6 +139,17 @@ def write_versioned_version(root: Path, version: int) -> Path:
     return path
 
 
+def write_new_version(root: Path, model: str, version: int) -> str:
+    """Write version `version` of `model` (one with a next version: classifier_b, C chosen by cross-validation)
+    next to the repository's version 1, as a training pipeline would publish it; what it is, in words."""
+    from ensemble_examples import digit_classifiers
+
+    if model != "classifier_b" or version < 2:
+        raise ValueError(f"the examples have no version {version} of {model!r} (only classifier_b, versions >= 2)")
+    onnx_models.save(digit_classifiers.classifier_b_retrained(), root / model / str(version) / ONNX_FILENAME)
+    return "logistic regression, its C chosen by 5-fold cross-validation on the training digits"
+
+
 def python_model_source(name: str) -> str:
     """The text of `python_models/<name>/model.py`."""
     source = resources.files("ensemble_examples").joinpath("python_models", name, PYTHON_FILENAME)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from ensemble_examples import client, digit_classifiers, onnx_models
+import pytest
+from ensemble_examples import client, digit_classifiers, digits, onnx_models
 from ensemble_examples.repository import build_repository
 from onnx import numpy_helper
 
@@ -17,10 +18,10 @@ from tests.support.ports import free_port
 from tests.unit.examples.in_process import serving_in_process
 
 
-async def serve_and_run_client(repo: Path, port: int, out: io.StringIO) -> int:
+async def serve_and_run_client(repo: Path, port: int, out: io.StringIO, argv: list[str] | None = None) -> int:
     async with serving_in_process(repo, port):
-        argv = ["--url", f"127.0.0.1:{port}", "--ready-timeout", "30"]
-        return await asyncio.to_thread(client.main, argv, out)
+        argv = argv if argv is not None else ["--url", f"127.0.0.1:{port}"]
+        return await asyncio.to_thread(client.main, [*argv, "--ready-timeout", "30"], out)
 
 
 def test_client_passes_every_check_against_the_runtime(example_repo: Path) -> None:
@@ -36,6 +37,39 @@ def test_client_passes_every_check_against_the_runtime(example_repo: Path) -> No
     assert re.search(r"held-out sentences +\d+/28 right", text)
     assert "trained on 108 short reviews the project wrote" in text
     assert "negative 'a dull, slow and forgettable evening'" in text
+    results = re.findall(r"^RESULT (\w+): (.*)$", text, re.MULTILINE)
+    assert [name for name, _ in results] == [check.name for check in client.CHECKS]
+    dual = dict(results)["dual_classifier"]
+    assert re.fullmatch(r"classifier_a alone .*%; classifier_b alone .*%; ensemble \(dual_classifier\) .*%", dual)
+
+
+def test_targets_run_only_the_named_checks_with_digits_from_a_file(example_repo: Path, tmp_path: Path) -> None:
+    """As the demo's pod runs it: no scikit-learn needed for the data (a file of held-out digits, here only the
+    first 40), each check against its own server."""
+    few = tmp_path / "held_out.npz"
+    digits.save(digits.split().held_out.take(40), few)
+    port = free_port()
+    url = f"127.0.0.1:{port}"
+    argv = ["--digits", str(few), "--target", f"dual_classifier={url}", "--target", f"ocr_pipeline={url}"]
+    out = io.StringIO()
+    status = asyncio.run(serve_and_run_client(example_repo, port, out, argv))
+    text = out.getvalue()
+    assert status == 0, text
+    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("RESULT")] == [
+        "RESULT dual_classifier", "RESULT ocr_pipeline"
+    ]
+    assert re.search(r"classifier_b alone +\d+/40 right", text)
+    assert "2/2 checks passed" in text and "repository index" not in text
+
+
+def test_setting_names_models_as_kubernetes_resources_when_asked() -> None:
+    assert client.Setting().name("dual_classifier") == "dual_classifier"
+    assert client.Setting(kubernetes_names=True).name("dual_classifier") == "dual-classifier"
+
+
+def test_a_target_must_name_a_check() -> None:
+    with pytest.raises(SystemExit):
+        client.main(["--target", "no_such_check=127.0.0.1:1"], io.StringIO())
 
 
 def test_a_classifier_that_does_not_read_digits_fails_its_check(tmp_path: Path) -> None:

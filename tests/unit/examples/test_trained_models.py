@@ -3,6 +3,7 @@ gives the same bytes every time."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from ensemble_examples import client, digit_classifiers, digits, held_out, text_corpus, text_model
+from ensemble_examples.repository import write_new_version
 
 CLASSIFIER_FLOOR = 0.93  # each classifier alone, on the 450 held-out digits (measured: a 0.973, b 0.969)
 ENSEMBLE_FLOOR = 0.95  # the sum of their log-probabilities (measured: 0.973)
@@ -125,3 +127,22 @@ def test_held_out_sentences_put_the_demo_sentences_first() -> None:
     assert sorted(r.text for r in reviews) == sorted(r.text for r in text_corpus.HELD_OUT)
     with pytest.raises(ValueError, match="not held-out"):
         held_out.held_out_sentences(first=[text_corpus.TRAIN[0].text])
+
+
+def test_classifier_b_next_version_is_another_model_that_reads_as_well(
+    held_out_logits: dict[str, Any], tmp_path: Path
+) -> None:
+    """The version the demo rolls in: written beside version 1 as a pipeline would, different weights, and
+    at least as good on held-out digits as the floor asks of any classifier."""
+    about = write_new_version(tmp_path, "classifier_b", 2)
+    assert "cross-validation" in about
+    model = onnx.load(tmp_path / "classifier_b" / "2" / "model.onnx")
+    held_out = digits.split().held_out
+    images = np.stack([digit_classifiers.preprocess(digit_classifiers.drawn(ink)) for ink in held_out.ink])
+    retrained = logits(model, images)
+    assert accuracy(retrained, held_out_logits["labels"]) >= CLASSIFIER_FLOOR
+    assert not np.allclose(retrained, held_out_logits["b"])  # really another version
+    with pytest.raises(ValueError, match="no version 1"):
+        write_new_version(tmp_path, "classifier_b", 1)
+    with pytest.raises(ValueError, match="classifier_a"):
+        write_new_version(tmp_path, "classifier_a", 2)
