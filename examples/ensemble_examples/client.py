@@ -297,7 +297,7 @@ def run_check(check: Check, client: Any, setting: Setting, out: TextIO) -> bool:
         return False
     for line in lines:
         print(f"   {line}", file=out)
-    headlines = [line for line in lines if isinstance(line, Headline)]
+    headlines = [" ".join(line.split()) for line in lines if isinstance(line, Headline)]
     print(f"RESULT {check.name}: " + ("; ".join(headlines) if headlines else "passed"), file=out, flush=True)
     return True
 
