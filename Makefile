@@ -17,9 +17,11 @@ setup: $(STAMP)
 # The main job end to end on the embedded cluster (control plane + a real node; needs root): builds the tools and
 # images it lacks (first run: about 20 minutes on 2 cores, with progress), installs the chart, applies the example
 # Models and Ensembles, runs the example client in the cluster, rolls a new model version in under load, cleans
-# up. Later runs reuse what is built (about 3 minutes). `.venv/bin/python -m demo --help` for a cluster of yours.
+# up. Later runs reuse what is built (about 3 minutes). On a cluster of yours (opt-in, see `python -m demo --help`):
+# make demo DEMO_ARGS="--kubeconfig --runtime-image REF --operator-image REF --s3-endpoint URL".
+DEMO_ARGS ?=
 demo: setup
-	$(BIN)/python -m demo
+	$(BIN)/python -m demo $(DEMO_ARGS)
 
 # The runtime alone on loopback ports, serving the example repository, with the example client (about 1 minute).
 demo-runtime: setup

@@ -2,7 +2,8 @@
 a cluster of yours.
 
     make demo                                   # embedded: builds what it needs on the first run (root)
-    python -m demo --kubeconfig ~/.kube/config \\
+    make demo DEMO_ARGS="--kubeconfig ..."      # the same as below
+    python -m demo --kubeconfig [PATH] \\
         --runtime-image registry.example.com/ensemble-runtime:0.1.0 \\
         --operator-image registry.example.com/ensemble-operator:0.1.0 \\
         --s3-endpoint http://minio.storage.svc:9000 --s3-bucket models   # keys: AWS_ACCESS_KEY_ID/SECRET
@@ -34,10 +35,12 @@ LOG_DIR = CACHE / "logs"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m demo", description="make demo: the main job end to end",
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="deploy to this cluster instead of the embedded one (opt-in)")
+    parser.add_argument("--kubeconfig", type=Path, nargs="?", default=None,
+                        const=Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"),
+                        help="deploy to this cluster instead of the embedded one (opt-in; without a path: "
+                             "$KUBECONFIG, else ~/.kube/config)")
     parser.add_argument("--runtime-image", default=None, help="with --kubeconfig: the runtime image reference")
     parser.add_argument("--operator-image", default=None, help="with --kubeconfig: the operator image repository:tag")
     parser.add_argument("--s3-endpoint", default=None, help="with --kubeconfig: S3 endpoint URL")
