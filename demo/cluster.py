@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from demo.progress import Progress
 from tests.infra.cli import run_cli
 from tests.infra.controlplane import ControlPlane
@@ -33,6 +35,19 @@ if TYPE_CHECKING:
 # Fake GPUs the embedded node advertises (nvidia.com/gpu): the example Ensembles ask one per replica and their
 # pods run the CPU fallback.
 EMBEDDED_GPUS = 8
+
+
+class _QuotedStrings(yaml.SafeDumper):
+    """Every string double-quoted: kubectl reads YAML 1.1, where bare `Y` is a boolean and `-0123456789` a
+    number (PyYAML, YAML 1.1 too but another reading of it, writes both bare)."""
+
+
+_QuotedStrings.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"'))
+
+
+def manifest_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
+    """`docs` as a multi-document YAML file kubectl reads back exactly."""
+    return yaml.dump_all([dict(doc) for doc in docs], Dumper=_QuotedStrings, sort_keys=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from demo import incluster
-from demo.cluster import S3Repository, Target, documents_for
+from demo.cluster import S3Repository, Target, documents_for, manifest_yaml
 from demo.progress import Progress
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ def deploy(progress: Progress, target: Target, figures: Figures, timeout_s: floa
     target.kube.kubectl("create", "namespace", NAMESPACE)
     docs = documents_for(FOLDERS, target.s3, REPLICAS, RUNTIME_CPU)
     path = Path(tempfile.mkdtemp(prefix="ensemble-demo-")) / "ensembles.yaml"
-    path.write_text(yaml.safe_dump_all(docs))
+    path.write_text(manifest_yaml(docs))
     progress.say(f"$ kubectl apply -n {NAMESPACE} -f ensembles.yaml   "
                  f"({sum(d['kind'] == 'Model' for d in docs)} Models, {sum(d['kind'] == 'Ensemble' for d in docs)} Ensembles)")
     began = time.monotonic()

@@ -12,9 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from demo.cluster import Kube
+from demo.cluster import Kube, manifest_yaml
 
 DIGITS_CONFIGMAP = "demo-held-out-digits"
 DIGITS_FILE = "held_out.npz"
@@ -24,7 +22,7 @@ DIGITS_MOUNT = "/data"
 def apply(kube: Kube, ns: str, docs: Sequence[dict[str, Any]]) -> str:
     """`kubectl apply -f` of `docs` written to a file, as a user would; returns kubectl's output."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.safe_dump_all(list(docs), handle)
+        handle.write(manifest_yaml(docs))
     return kube.kubectl("apply", "-n", ns, "-f", handle.name, timeout=120).stdout
 
 

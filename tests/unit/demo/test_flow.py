@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from demo import flow
-from demo.cluster import S3Repository, documents_for
+from demo.cluster import S3Repository, documents_for, manifest_yaml
 
 S3 = S3Repository("http://10.0.0.5:9000", "models", "key", "secret")
 
@@ -50,3 +50,17 @@ def test_summary_reports_the_rollover_and_a_failed_client() -> None:
     assert "digits: ensemble 97.1%" in text and "FAILED" in text
     assert "classifier-b 1 -> 2 under load" in text and "0 failed, 0 mixed, 0 wrong" in text
     assert "Install 12s" in text and "total         170 s" in text
+
+
+def test_manifests_are_written_so_kubectl_reads_back_every_string() -> None:
+    """kubectl's YAML 1.1 turns a bare Y into a boolean and -0123456789 into a number: every string is quoted."""
+    import yaml
+
+    docs = documents_for(flow.FOLDERS, S3, flow.REPLICAS, "100m")
+    text = manifest_yaml(docs)
+    assert '"-0123456789"' in text
+    assert list(yaml.safe_load_all(text)) == docs
+    for line in text.splitlines():
+        key, _, value = line.strip().lstrip("- ").partition(": ")
+        if value and not value.startswith(("{", "[")):
+            assert value.startswith('"') or value.replace(".", "").isdigit() or value in {"true", "false"}, line
