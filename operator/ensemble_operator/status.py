@@ -173,6 +173,15 @@ def summarize_versions(versions: dict[str, int] | None) -> str | None:
     return ",".join(f"{k}:{v}" for k, v in sorted(versions.items()))
 
 
+def _rolled_out(deployment: dict[str, Any]) -> bool:
+    """Whether the Deployment's current ReplicaSet has been available before: its Progressing condition says
+    NewReplicaSetAvailable (it keeps saying so after a pod fails; a rollout replaces it with ReplicaSetUpdated)."""
+    return any(
+        c.get("type") == ConditionType.PROGRESSING and c.get("reason") == "NewReplicaSetAvailable"
+        for c in deployment.get("status", {}).get("conditions", [])
+    )
+
+
 def _deployment_numbers(deployment: dict[str, Any]) -> tuple[int, int, int, int, bool, bool]:
     spec, st = deployment.get("spec", {}), deployment.get("status", {})
     desired = int(spec.get("replicas", 1))  # the API server defaults an unset spec.replicas to 1
@@ -239,7 +248,8 @@ def compute_status(
             deg_c = _cond(ConditionType.DEGRADED, True, Reason.PROGRESS_DEADLINE_EXCEEDED, "the rollout is stuck", gen)
         elif warnings:
             deg_c = _cond(ConditionType.DEGRADED, True, Reason.VERSION_NOT_FOUND, summarize(warnings), gen)
-        elif done is False and observed and updated == desired and ready < desired:
+        elif done is False and observed and updated == desired and ready < desired and _rolled_out(deployment):
+            # replicas lost after the rollout had completed; pods of a rollout still starting are Progressing
             deg_c = _cond(ConditionType.DEGRADED, True, Reason.REPLICAS_UNAVAILABLE, f"{ready}/{desired} replicas ready", gen)
         else:
             deg_c = _cond(ConditionType.DEGRADED, False, Reason.AS_EXPECTED, "", gen)

@@ -24,8 +24,10 @@ from ensemble_operator.validation import Issue
 from fake_api import FakeApi
 
 
-def _deployment(desired: int, ready: int, updated: int, stalled: bool = False) -> dict[str, Any]:
+def _deployment(desired: int, ready: int, updated: int, stalled: bool = False, rolled_out: bool = False) -> dict[str, Any]:
     conds = [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}] if stalled else []
+    if rolled_out:
+        conds = [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
     return {
         "metadata": {"generation": 2},
         "spec": {"replicas": desired},
@@ -46,7 +48,9 @@ def _deployment(desired: int, ready: int, updated: int, stalled: bool = False) -
         (_deployment(2, 2, 2), [], "Ready"),
         (_deployment(2, 1, 1), [], "Progressing"),
         (_deployment(2, 1, 2, stalled=True), [], "Degraded"),
-        (_deployment(2, 1, 2), [], "Degraded"),
+        (_deployment(2, 1, 2, rolled_out=True), [], "Degraded"),  # a replica lost after the rollout
+        (_deployment(2, 1, 2), [], "Progressing"),  # a new Deployment's pods still starting
+        (_deployment(2, 0, 2), [], "Progressing"),
         (_deployment(2, 2, 2), [Issue("cycle", "steps form a cycle: a -> a", "a")], "Invalid"),
     ],
 )
