@@ -61,6 +61,6 @@ def test_manifests_are_written_so_kubectl_reads_back_every_string() -> None:
     assert '"-0123456789"' in text
     assert list(yaml.safe_load_all(text)) == docs
     for line in text.splitlines():
-        key, _, value = line.strip().lstrip("- ").partition(": ")
+        _key, _, value = line.strip().lstrip("- ").partition(": ")
         if value and not value.startswith(("{", "[")):
             assert value.startswith('"') or value.replace(".", "").isdigit() or value in {"true", "false"}, line
