@@ -15,6 +15,8 @@ from .settings import Settings
 from .settle import ModelSettle
 from .workers import RECONCILE_THREADS
 
+INSTANT_EXIT_TIMEOUT_S = 2.0
+
 
 def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
     """Apply our settings to kopf's: peering (one acting replica), webhook server."""
@@ -23,6 +25,11 @@ def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
     # Our CRDs are installed with the chart: no watching of CustomResourceDefinitions (which would need
     # cluster-wide RBAC on them even for a namespaced install).
     kopf_settings.scanning.disabled = True
+    # A deleted object's daemon (its worker) exits as soon as kopf signals it, but in more event-loop cycles
+    # than kopf's default "instant exit" allows (10 zero-time cycles); kopf then re-checks after the
+    # daemon's cancellation backoff, and the finalizer stays that long: 10 s per Model, 40 s for a namespace.
+    # Waiting up to this long for the exit lets the deletion go on in the same cycle.
+    kopf_settings.background.instant_exit_timeout = INSTANT_EXIT_TIMEOUT_S
     if settings.webhook_enabled:
         kopf_settings.admission.server = kopf.WebhookServer(
             addr=settings.webhook_addr,

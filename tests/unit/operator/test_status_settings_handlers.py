@@ -164,3 +164,13 @@ def test_handlers_register_on_a_private_registry(models: dict[str, Model]) -> No
         "models_by_name", "ensembles_by_model", "owned_deployments", "owned_pods"
     }
     assert not [h for h in registry._spawning.get_all_handlers() if type(h).__name__ != "DaemonHandler"]
+
+
+def test_kopf_waits_for_a_stopped_worker_to_exit_instead_of_polling_later() -> None:
+    """Deleting a Model or Ensemble waits on its worker daemon; kopf's default re-checks only after the
+    daemon's cancellation backoff (5 s), which kept every finalizer that long."""
+    from ensemble_operator.__main__ import INSTANT_EXIT_TIMEOUT_S, configure
+
+    kopf_settings = kopf.OperatorSettings()
+    configure(Settings(), kopf_settings)
+    assert kopf_settings.background.instant_exit_timeout == INSTANT_EXIT_TIMEOUT_S > 0
