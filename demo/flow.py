@@ -5,26 +5,25 @@ version in under load, clean up. Each returns the figures the closing summary sh
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import shutil
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from demo import incluster
+from demo import incluster, publish
 from demo.cluster import S3Repository, Target, documents_for, manifest_yaml
 from demo.progress import Progress
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
+    pass
 
 NAMESPACE = "ensemble-demo"
 RELEASE = "ensemble-demo"
@@ -32,18 +31,16 @@ RELEASE_NAMESPACE = "ensemble-system"
 CHART = Path(__file__).resolve().parents[1] / "charts" / "ensemble-operator"
 STATUS_INTERVAL_S = 5
 GRPC_PORT = 8001
-COMPLETE_MARKER = ".complete"
 
 # What the demo deploys: three of the example scenarios (examples/manifests/<folder>/).
 FOLDERS = ("dual", "ocr", "text")
 REPLICAS = {"dual-classifier": 2, "ocr-pipeline": 1, "text-pipeline": 1}
 RUNTIME_CPU = "100m"  # per runtime pod: four of them and the operator on a 2-core node
-REPOSITORY_ENSEMBLES = ("dual_classifier", "ocr_pipeline", "text_pipeline")
 # The client checks run in the cluster, each against its Ensemble's Service.
 CLIENT_CHECKS = {"dual_classifier": "dual-classifier", "ocr_pipeline": "ocr-pipeline", "text_pipeline": "text-pipeline"}
 # The rollover: a new version of classifier_b published while a load runs on dual-classifier.
 ROLL_ENSEMBLE = "dual-classifier"
-ROLL_MODEL = "classifier_b"
+ROLL_MODEL = publish.ROLL_MODEL
 LOAD_SECONDS = 45.0
 
 
@@ -63,90 +60,15 @@ class Figures:
 # ---------------------------------------------------------------- models to S3
 
 
-def upload(s3: S3Repository, root: Path) -> list[str]:
-    """Every file under `root` to `<bucket>/<relative path>`, then a `.complete` marker in each version
-    directory, markers last (the runtime takes a version only once its marker is there). Returns the keys."""
-    client = s3.client()
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    keys: list[str] = []
-    for path in files:
-        key = path.relative_to(root).as_posix()
-        client.put_object(Bucket=s3.bucket, Key=key, Body=path.read_bytes())
-        keys.append(key)
-    versions = sorted({p.relative_to(root).parts[:2] for p in files if len(p.relative_to(root).parts) > 2})
-    for model, version in versions:
-        if version.isdigit():
-            key = f"{model}/{version}/{COMPLETE_MARKER}"
-            client.put_object(Bucket=s3.bucket, Key=key, Body=b"")
-            keys.append(key)
-    return keys
-
-
-def upload_version(s3: S3Repository, root: Path, model: str, version: int) -> list[str]:
-    """The files of `root/<model>/<version>/`, then its `.complete` marker: a new version as a pipeline would
-    publish it."""
-    client = s3.client()
-    keys: list[str] = []
-    directory = root / model / str(version)
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        key = path.relative_to(root).as_posix()
-        client.put_object(Bucket=s3.bucket, Key=key, Body=path.read_bytes())
-        keys.append(key)
-    marker = f"{model}/{version}/{COMPLETE_MARKER}"
-    client.put_object(Bucket=s3.bucket, Key=marker, Body=b"")
-    return [*keys, marker]
-
-
-def repository_key() -> str:
-    """What the trained example repository depends on: the examples package's files and the versions of the
-    libraries that train and export it. Same key, same repository (training is seeded)."""
-    import importlib.metadata
-
-    import ensemble_examples
-
-    package = Path(ensemble_examples.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for library in ("scikit-learn", "numpy", "onnx", "onnxruntime", "scipy"):
-        digest.update(f"{library}=={importlib.metadata.version(library)}".encode())
-    return digest.hexdigest()[:16]
-
-
-def trained_repository(progress: Progress, cache: Path, workdir: Path) -> tuple[Path, list[str]]:
-    """A copy, under `workdir`, of the example repository the demo's Ensembles need, and beside it (`next/`)
-    the version the rollover publishes: trained into `cache/<key>` the first time, copied from there later
-    (training takes a while on 2 cores)."""
-    from ensemble_examples.repository import build_repository, write_new_version
-
-    cached = cache / f"repository-{repository_key()}"
-    if not cached.is_dir():
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=".repository-", dir=cache))
-        try:
-            with progress.ticking("training the example models (scikit-learn) and exporting them to ONNX", 40):
-                build_repository(partial / "repository", only=REPOSITORY_ENSEMBLES)
-                about = write_new_version(partial / "next", ROLL_MODEL, 2)
-                (partial / "next" / "ABOUT").write_text(about)
-            partial.rename(cached)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)  # gone after the rename; what a failure left otherwise
-    else:
-        progress.say(f"trained models: cached ({cached})")
-    shutil.copytree(cached, workdir, dirs_exist_ok=True)
-    root = workdir / "repository"
-    return root, sorted(p.name for p in root.iterdir() if p.is_dir())
-
-
 def publish_models(progress: Progress, s3: S3Repository, workdir: Path, figures: Figures,
                    cache: Path) -> tuple[Path, list[str]]:
     """Train (or reuse) and write the repository the demo's Ensembles need, upload it; its root and models."""
-    root, models = trained_repository(progress, cache, workdir)
+    root, models = publish.trained_repository(progress, cache, workdir)
     client = s3.client()
     buckets = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
     if s3.bucket not in buckets:
         client.create_bucket(Bucket=s3.bucket)
-    keys = upload(s3, root)
+    keys = publish.upload(s3, root)
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     figures.published = f"{len(models)} models, {len(keys)} objects, {size / 1e6:.1f} MB to s3://{s3.bucket}"
     progress.say(f"published {figures.published} ({s3.endpoint_url})")
@@ -341,7 +263,7 @@ def rollover(progress: Progress, target: Target, root: Path, figures: Figures) -
     shutil.copytree(root.parent / "next" / ROLL_MODEL / "2", version_dir)
     description = (root.parent / "next" / "ABOUT").read_text()
     published_at = time.monotonic()
-    keys = upload_version(target.s3, root, ROLL_MODEL, 2)
+    keys = publish.upload_version(target.s3, root, ROLL_MODEL, 2)
     progress.say(f"published {ROLL_MODEL} version 2 ({description}): {len(keys)} objects to "
                  f"s3://{target.s3.bucket}/{ROLL_MODEL}/2/ ({version_dir})")
     _wait(lambda: served(target, ROLL_ENSEMBLE).get(model) == 2, f"{ROLL_ENSEMBLE} serving {model}:2", 180, 0.5)
@@ -396,22 +318,8 @@ def clean_up(progress: Progress, target: Target, models: Sequence[str] = (), *, 
         with progress.ticking(f"helm uninstall {RELEASE}", 10):
             target.kube.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", check=False, timeout=300)
     if models and not target.embedded:
-        removed = remove_models(target.s3, models)
+        removed = publish.remove_models(target.s3, models)
         progress.say(f"removed the {removed} objects of the demo's models from s3://{target.s3.bucket}")
-
-
-def remove_models(s3: S3Repository, models: Iterable[str]) -> int:
-    """Delete every object under `<model>/` of `models` (what the demo published, finished or not)."""
-    client = s3.client()
-    removed = 0
-    for model in models:
-        paginator = client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=s3.bucket, Prefix=f"{model}/"):
-            keys: list[ObjectIdentifierTypeDef] = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-            if keys:
-                client.delete_objects(Bucket=s3.bucket, Delete={"Objects": keys})
-                removed += len(keys)
-    return removed
 
 
 def summary_lines(figures: Figures, durations: dict[str, float], total_s: float) -> Sequence[str]:
