@@ -1,4 +1,4 @@
-//! The runtime's native protocol core (`ensemble_runtime._native`): the KServe v2 / Triton gRPC services
+//! The runtime's native protocol core (`ensemble_runtime.protocol._native`): the KServe v2 / Triton gRPC services
 //! served by tonic, `ModelInfer` decoded here, every call handed to the Python data plane in batches.
 //! What a request means stays in Python; this crate parses and writes the wire.
 

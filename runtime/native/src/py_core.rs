@@ -22,7 +22,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[pyclass(module = "ensemble_runtime._native", frozen)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
     core: Arc<Core>,
     threads: usize,
@@ -138,7 +138,7 @@ impl GrpcCore {
     }
 }
 
-#[pyclass(module = "ensemble_runtime._native", frozen)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct Call {
     method: String,
     request: Option<Py<InferRequestView>>,

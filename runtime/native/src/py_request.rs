@@ -14,7 +14,7 @@ use crate::messages::{
 };
 
 /// Read-only bytes of the received message, exported through the buffer protocol without a copy.
-#[pyclass(module = "ensemble_runtime._native", frozen)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct WireBuffer {
     data: Bytes,
 }
@@ -54,7 +54,7 @@ impl WireBuffer {
 }
 
 /// `InferTensorContents`: each typed field as a list, as protobuf's repeated fields read.
-#[pyclass(module = "ensemble_runtime._native", frozen)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct Contents {
     inner: InferTensorContents,
 }
@@ -101,7 +101,7 @@ impl Contents {
     }
 }
 
-#[pyclass(module = "ensemble_runtime._native", frozen, get_all)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
 pub struct InputTensor {
     name: String,
     datatype: String,
@@ -120,13 +120,13 @@ impl InputTensor {
     }
 }
 
-#[pyclass(module = "ensemble_runtime._native", frozen, get_all)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
 pub struct OutputTensor {
     name: String,
     parameters: Py<PyDict>,
 }
 
-#[pyclass(module = "ensemble_runtime._native", frozen, get_all)]
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
 pub struct InferRequestView {
     model_name: String,
     model_version: String,

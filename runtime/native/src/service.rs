@@ -96,7 +96,12 @@ impl Core {
         let mut grpc = Grpc::new(RawCodec)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        grpc.unary(Unary { core: self, path }, request).await
+        let response = grpc.unary(Unary { core: self, path }, request).await;
+        // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
+        match response.extensions().get::<Status>().and_then(too_large) {
+            Some(status) => status.into_http(),
+            None => response,
+        }
     }
 }
 
@@ -114,6 +119,26 @@ fn unserved(path: &str) -> String {
         }
         _ => "Method not found!".to_string(),
     }
+}
+
+/// tonic refuses a request over the size limit with OUT_OF_RANGE; grpcio (and so Triton's clients) answer
+/// RESOURCE_EXHAUSTED "Received message larger than max (N vs. LIMIT)".
+fn too_large(status: &Status) -> Option<Status> {
+    if status.code() != tonic::Code::OutOfRange
+        || !status.message().contains("message length too large")
+    {
+        return None;
+    }
+    let numbers: Vec<&str> = status
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|part| !part.is_empty())
+        .collect();
+    let message = match numbers.as_slice() {
+        [found, limit, ..] => format!("Received message larger than max ({found} vs. {limit})"),
+        _ => "Received message larger than max".to_string(),
+    };
+    Some(Status::resource_exhausted(message))
 }
 
 /// Decodes `ModelInfer` (INVALID_ARGUMENT when the bytes are no such message), as the grpcio path answers.
@@ -156,6 +181,13 @@ impl UnaryService<Bytes> for Unary {
             };
             core.queue.push(work);
             match answer.await {
+                Ok(Ok(message)) if message.len() > core.max_message_bytes => {
+                    Err(Status::resource_exhausted(format!(
+                        "Sent message larger than max ({} vs. {})",
+                        message.len(),
+                        core.max_message_bytes
+                    )))
+                }
                 Ok(Ok(message)) => Ok(Response::new(message)),
                 Ok(Err(status)) => Err(status),
                 Err(_) => Err(Status::internal("the call was dropped without an answer")),
@@ -261,7 +293,8 @@ pub fn serve(
 impl Running {
     pub fn stop(self, runtime: &tokio::runtime::Runtime, grace: std::time::Duration) {
         let _ = self.shutdown.send(());
-        let _ = runtime.block_on(tokio::time::timeout(grace, self.done));
+        let done = self.done;
+        let _ = runtime.block_on(async move { tokio::time::timeout(grace, done).await });
     }
 }
 
@@ -284,6 +317,19 @@ mod tests {
             unserved("/inference.GRPCInferenceService/Nope"),
             "Method not found!"
         );
+    }
+
+    #[test]
+    fn oversized_requests_are_resource_exhausted() {
+        let tonic_says = Status::out_of_range("Error, decoded message length too large: found 200118 bytes, the limit is: 65536 bytes");
+        let status = too_large(&tonic_says).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "Received message larger than max (200118 vs. 65536)"
+        );
+        assert!(too_large(&Status::out_of_range("something else")).is_none());
+        assert!(too_large(&Status::invalid_argument("message length too large")).is_none());
     }
 
     #[test]
