@@ -144,7 +144,8 @@ class Server:
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
             self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
                                                  s.grpc_max_message_bytes, s.grpc_restrictions(),
-                                                 threads=s.grpc_native_threads)
+                                                 threads=s.grpc_native_threads,
+                                                 stream_limit=s.grpc_stream_max_in_flight)
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,

@@ -1,17 +1,20 @@
 """The native gRPC front end (`--grpc-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
 inference.GRPCInferenceService and grpc.health.v1.Health on the gRPC port, checks restrictions and message
 sizes, decodes ModelInfer, and queues every call; the event loop is woken once per batch of arrived calls
-(`add_reader` on the core's descriptor) and starts one task per call. Not served yet: ModelStreamInfer and
-health Watch (UNIMPLEMENTED; --grpc-frontend=grpcio serves them)."""
+(`add_reader` on the core's descriptor) and starts one task per call. ModelStreamInfer's frames are handed over
+raw to the grpcio front end's StreamSession. Not served yet: health Watch (UNIMPLEMENTED; --grpc-frontend=grpcio
+serves it)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.protocol._native import Call, GrpcCore
+from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
+from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.native_calls import answer_forwarded, answer_infer, forwarded_routes
+from ensemble_runtime.protocol.native_stream import Inbound, answer_stream
 from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
@@ -32,9 +35,11 @@ def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str
 class NativeGrpcServer:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
-        restrictions: Restrictions | None = None, threads: int = 1,
+        restrictions: Restrictions | None = None, threads: int = 1, stream_limit: int = DEFAULT_STREAM_LIMIT,
     ) -> None:
         self._dp = dataplane
+        self._stream_limit = stream_limit
+        self._streams: dict[int, Inbound] = {}
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
         self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
@@ -52,10 +57,24 @@ class NativeGrpcServer:
     def _drain(self) -> None:
         """One wake-up: every call waiting, one task each."""
         assert self._loop is not None
-        for call in self._core.take():
-            task = self._loop.create_task(self._answer(call))
+        for item in self._core.take():
+            if isinstance(item, StreamFrame):
+                inbound = self._streams.get(item.id)
+                if inbound is not None:
+                    inbound.deliver(item)
+                continue
+            task = self._loop.create_task(
+                self._stream(item) if isinstance(item, StreamCall) else self._answer(item)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _stream(self, stream: StreamCall) -> None:
+        inbound = self._streams[stream.id] = Inbound(stream)
+        try:
+            await answer_stream(stream, inbound, self._dp, self._stream_limit)
+        finally:
+            del self._streams[stream.id]
 
     async def _answer(self, call: Call) -> None:
         if call.method == MODEL_INFER:

@@ -6,11 +6,14 @@ pub mod messages;
 pub mod queue;
 pub mod restrict;
 pub mod service;
+pub mod stream;
 
 #[cfg(feature = "python")]
 mod py_core;
 #[cfg(feature = "python")]
 mod py_request;
+#[cfg(feature = "python")]
+mod py_stream;
 
 #[cfg(feature = "python")]
 #[pyo3::pymodule]
@@ -18,6 +21,8 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     use pyo3::types::PyModuleMethods;
     module.add_class::<py_core::GrpcCore>()?;
     module.add_class::<py_core::Call>()?;
+    module.add_class::<py_stream::StreamCall>()?;
+    module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_request::InferRequestView>()?;
     module.add_class::<py_request::InputTensor>()?;
     module.add_class::<py_request::OutputTensor>()?;

@@ -15,6 +15,7 @@ use tonic::{Code, Status};
 
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_request::{parameter, request_view, InferRequestView};
+use crate::py_stream::{StreamCall, StreamFrame};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{serve, Core, Reply, Running, Work, MODEL_INFER};
 
@@ -91,36 +92,47 @@ impl GrpcCore {
         Ok(bound)
     }
 
-    /// Every call waiting now (one wake-up's batch), the GIL taken once for all of them.
+    /// Every call waiting now (one wake-up's batch), the GIL taken once for all of them: `Call`s, and for
+    /// ModelStreamInfer a `StreamCall` when a stream opens and a `StreamFrame` per frame read from it.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
         for work in batch {
-            let call = match work {
+            let item = match work {
                 Work::Infer {
                     request,
                     size,
                     reply,
-                } => Call {
-                    method: MODEL_INFER.to_string(),
-                    request: Some(request_view(py, request)?),
-                    payload: Bytes::new(),
-                    size,
-                    reply: Mutex::new(Some(reply)),
-                },
+                } => Py::new(
+                    py,
+                    Call {
+                        method: MODEL_INFER.to_string(),
+                        request: Some(request_view(py, request)?),
+                        payload: Bytes::new(),
+                        size,
+                        reply: Mutex::new(Some(reply)),
+                    },
+                )?
+                .into_any(),
                 Work::Forward {
                     path,
                     payload,
                     reply,
-                } => Call {
-                    method: path,
-                    request: None,
-                    size: payload.len(),
-                    payload,
-                    reply: Mutex::new(Some(reply)),
-                },
+                } => Py::new(
+                    py,
+                    Call {
+                        method: path,
+                        request: None,
+                        size: payload.len(),
+                        payload,
+                        reply: Mutex::new(Some(reply)),
+                    },
+                )?
+                .into_any(),
+                Work::StreamOpen(link) => Py::new(py, StreamCall::new(link))?.into_any(),
+                Work::StreamFrame(frame) => Py::new(py, StreamFrame::new(frame))?.into_any(),
             };
-            out.append(Py::new(py, call)?)?;
+            out.append(item)?;
         }
         Ok(out)
     }

@@ -21,10 +21,12 @@ use tonic::{Response, Status};
 use crate::messages::ModelInferRequest;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
+use crate::stream::{Frame, StreamHandler, StreamIds, StreamLink};
 
 pub const INFERENCE: &str = "inference.GRPCInferenceService";
 pub const HEALTH: &str = "grpc.health.v1.Health";
 pub const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+pub const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[
@@ -63,10 +65,13 @@ pub enum Work {
         payload: Bytes,
         reply: Reply,
     },
+    StreamOpen(StreamLink),
+    StreamFrame(Frame),
 }
 
 pub struct Core {
     pub queue: WakeQueue<Work>,
+    pub stream_ids: StreamIds,
     restrictions: Restrictions,
     max_message_bytes: usize,
 }
@@ -75,6 +80,7 @@ impl Core {
     pub fn new(restrictions: Restrictions, max_message_bytes: usize) -> std::io::Result<Self> {
         Ok(Self {
             queue: WakeQueue::new()?,
+            stream_ids: StreamIds::default(),
             restrictions,
             max_message_bytes,
         })
@@ -89,14 +95,17 @@ impl Core {
         {
             return Status::unavailable(refusal).into_http();
         }
-        if !is_unary(&path) {
-            return Status::unimplemented(unserved(&path)).into_http();
-        }
         let limit = self.max_message_bytes;
         let mut grpc = Grpc::new(RawCodec)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        let response = grpc.unary(Unary { core: self, path }, request).await;
+        let response = if path == MODEL_STREAM_INFER {
+            grpc.streaming(StreamHandler { core: self }, request).await
+        } else if is_unary(&path) {
+            grpc.unary(Unary { core: self, path }, request).await
+        } else {
+            return Status::unimplemented(unserved(&path)).into_http();
+        };
         // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
         match response.extensions().get::<Status>().and_then(too_large) {
             Some(status) => status.into_http(),
@@ -114,7 +123,7 @@ fn is_unary(path: &str) -> bool {
 
 fn unserved(path: &str) -> String {
     match path.rsplit('/').next() {
-        Some(method @ ("ModelStreamInfer" | "Watch")) => {
+        Some(method @ "Watch") => {
             format!("{method} is not served by the native gRPC front end yet (--grpc-frontend=grpcio serves it)")
         }
         _ => "Method not found!".to_string(),

@@ -200,3 +200,37 @@ def test_health_check_follows_readiness(servers: dict[str, RuntimeProcess]) -> N
 def test_unknown_method_is_unimplemented(native: RuntimeProcess) -> None:
     code, _ = _answer(native, "/inference.GRPCInferenceService/NoSuchMethod", b"")
     assert code == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_stream_infer_answers_each_request(servers: dict[str, RuntimeProcess]) -> None:
+    """ModelStreamInfer: every request answered (by id), errors as stream messages, as grpcio answers them."""
+    requests = [_infer_request("add_sub", [1, 16], np.full(16, i, np.float32).tobytes(), id=f"s-{i}") for i in range(5)]
+    requests.append(_infer_request("no_such_model", [1, 16], bytes(64), id="bad"))
+    answers: dict[str, dict[str, tuple[str, list[float]]]] = {}
+    for name, proc in servers.items():
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            answers[name] = {}
+            for message in stub.ModelStreamInfer(iter(requests), timeout=30):
+                response = message.infer_response
+                first = np.frombuffer(response.raw_output_contents[0], np.float32).tolist() if response.outputs else []
+                answers[name][response.id] = (message.error_message, first)
+                assert response.parameters["triton_final_response"].bool_param
+    assert answers["native"] == answers["grpcio"]
+    assert answers["native"]["s-3"] == ("", [6.0] * 16)
+    assert "unknown model" in answers["native"]["bad"][0]
+
+
+def test_stream_frame_that_does_not_decode_ends_the_stream(servers: dict[str, RuntimeProcess]) -> None:
+    def ask(proc: RuntimeProcess) -> Answer:
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+            try:
+                list(stream(iter([b"\xff\xff\xff"]), timeout=30))
+            except grpc.RpcError as exc:
+                return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    native, grpcio = ask(servers["native"]), ask(servers["grpcio"])
+    assert native[0] == grpcio[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ModelStreamInfer request is not a valid protobuf message" in native[1]
