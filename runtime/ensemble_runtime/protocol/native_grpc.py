@@ -2,24 +2,31 @@
 inference.GRPCInferenceService and grpc.health.v1.Health on the gRPC port, checks restrictions and message
 sizes, decodes ModelInfer, and queues every call; the event loop is woken once per batch of arrived calls
 (`add_reader` on the core's descriptor) and starts one task per call. ModelStreamInfer's frames are handed over
-raw to the grpcio front end's StreamSession. Not served yet: health Watch (UNIMPLEMENTED; --grpc-frontend=grpcio
-serves it)."""
+raw to the grpcio front end's StreamSession, health Watch to the health servicer's Watch."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.native_calls import answer_forwarded, answer_infer, forwarded_routes
-from ensemble_runtime.protocol.native_stream import Inbound, answer_stream
+from ensemble_runtime.protocol.native_stream import (
+    Inbound,
+    answer_stream,
+    answer_watch,
+    model_infer_inbound,
+    watch_inbound,
+)
 from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 
 
 def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str, str, str]]:
@@ -39,7 +46,8 @@ class NativeGrpcServer:
     ) -> None:
         self._dp = dataplane
         self._stream_limit = stream_limit
-        self._streams: dict[int, Inbound] = {}
+        self._streams: dict[int, Inbound[Any]] = {}
+        self._health = health
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
         self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
@@ -70,9 +78,13 @@ class NativeGrpcServer:
             task.add_done_callback(self._tasks.discard)
 
     async def _stream(self, stream: StreamCall) -> None:
-        inbound = self._streams[stream.id] = Inbound(stream)
         try:
-            await answer_stream(stream, inbound, self._dp, self._stream_limit)
+            if stream.method == HEALTH_WATCH:
+                watching = self._streams[stream.id] = watch_inbound(stream)
+                await answer_watch(stream, watching, self._health.servicer.Watch)
+            else:
+                requests = self._streams[stream.id] = model_infer_inbound(stream)
+                await answer_stream(stream, requests, self._dp, self._stream_limit)
         finally:
             del self._streams[stream.id]
 

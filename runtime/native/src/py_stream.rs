@@ -13,6 +13,7 @@ use crate::stream::{Frame, Outbound, StreamLink};
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct StreamCall {
     id: u64,
+    method: String,
     outbound: Mutex<Option<Outbound>>,
     want: std::sync::Arc<tokio::sync::Semaphore>,
 }
@@ -21,6 +22,7 @@ impl StreamCall {
     pub fn new(link: StreamLink) -> Self {
         Self {
             id: link.id,
+            method: link.path,
             outbound: Mutex::new(Some(link.outbound)),
             want: link.want,
         }
@@ -39,11 +41,24 @@ impl StreamCall {
     }
 }
 
+impl Drop for StreamCall {
+    /// A stream Python let go of without ending it ends with OK; the core reads no more of it.
+    fn drop(&mut self) {
+        self.want.close();
+    }
+}
+
 #[pymethods]
 impl StreamCall {
     #[getter]
     fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The method's full path (ModelStreamInfer or health Watch).
+    #[getter]
+    fn method(&self) -> &str {
+        &self.method
     }
 
     /// Lets the core read one more frame from the client (it arrives as a `StreamFrame`).

@@ -27,6 +27,7 @@ pub const INFERENCE: &str = "inference.GRPCInferenceService";
 pub const HEALTH: &str = "grpc.health.v1.Health";
 pub const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 pub const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
+pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[
@@ -99,12 +100,13 @@ impl Core {
         let mut grpc = Grpc::new(RawCodec)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        let response = if path == MODEL_STREAM_INFER {
-            grpc.streaming(StreamHandler { core: self }, request).await
+        let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
+            grpc.streaming(StreamHandler { core: self, path }, request)
+                .await
         } else if is_unary(&path) {
             grpc.unary(Unary { core: self, path }, request).await
         } else {
-            return Status::unimplemented(unserved(&path)).into_http();
+            return Status::unimplemented("Method not found!").into_http();
         };
         // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
         match response.extensions().get::<Status>().and_then(too_large) {
@@ -119,15 +121,6 @@ fn is_unary(path: &str) -> bool {
         return method == "ModelInfer" || FORWARDED.contains(&method);
     }
     path == "/grpc.health.v1.Health/Check"
-}
-
-fn unserved(path: &str) -> String {
-    match path.rsplit('/').next() {
-        Some(method @ "Watch") => {
-            format!("{method} is not served by the native gRPC front end yet (--grpc-frontend=grpcio serves it)")
-        }
-        _ => "Method not found!".to_string(),
-    }
 }
 
 /// tonic refuses a request over the size limit with OUT_OF_RANGE; grpcio (and so Triton's clients) answer
@@ -312,7 +305,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unary_methods_are_routed_and_streams_are_named() {
+    fn unary_methods_are_routed() {
         assert!(is_unary(MODEL_INFER));
         assert!(is_unary("/inference.GRPCInferenceService/ModelMetadata"));
         assert!(is_unary("/grpc.health.v1.Health/Check"));
@@ -320,12 +313,6 @@ mod tests {
             "/inference.GRPCInferenceService/ModelStreamInfer"
         ));
         assert!(!is_unary("/inference.GRPCInferenceService/Nope"));
-        assert!(unserved("/inference.GRPCInferenceService/ModelStreamInfer")
-            .contains("--grpc-frontend=grpcio"));
-        assert_eq!(
-            unserved("/inference.GRPCInferenceService/Nope"),
-            "Method not found!"
-        );
     }
 
     #[test]

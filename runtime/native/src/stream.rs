@@ -1,13 +1,17 @@
-//! `ModelStreamInfer` forwarded to Python as raw frames. The Python side pulls: each `want` lets the core read
-//! one more request frame from the client, so the stream's in-flight limit (applied in Python) still bounds
-//! how much of the stream is read; responses go out in the order Python sends them.
+//! Streaming methods (`ModelStreamInfer`, health `Watch`) forwarded to Python as raw frames. The Python side
+//! pulls: each `want` lets the core read one more request frame from the client, so the stream's in-flight
+//! limit (applied in Python) still bounds how much of the stream is read; responses go out in the order Python
+//! sends them. When the client goes away, Python gets a CANCELLED frame (a `Watch` has nothing else to read).
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::codegen::tokio_stream::Stream;
 use tonic::codegen::BoxFuture;
 use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
@@ -20,6 +24,7 @@ pub type Outbound = mpsc::UnboundedSender<Result<Bytes, Status>>;
 /// One stream as the Python side holds it.
 pub struct StreamLink {
     pub id: u64,
+    pub path: String,
     pub outbound: Outbound,
     pub want: Arc<Semaphore>,
 }
@@ -41,39 +46,77 @@ impl StreamIds {
 
 pub struct StreamHandler {
     pub core: Arc<Core>,
+    pub path: String,
+}
+
+/// The responses going out; dropping it (the stream is over, or the client went away) tells the reader task.
+pub struct Responses {
+    messages: UnboundedReceiverStream<Result<Bytes, Status>>,
+    _gone: oneshot::Sender<()>,
+}
+
+impl Stream for Responses {
+    type Item = Result<Bytes, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.messages).poll_next(cx)
+    }
 }
 
 impl StreamingService<Bytes> for StreamHandler {
     type Response = Bytes;
-    type ResponseStream = UnboundedReceiverStream<Result<Bytes, Status>>;
+    type ResponseStream = Responses;
     type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
 
     fn call(&mut self, request: Request<Streaming<Bytes>>) -> Self::Future {
         let core = self.core.clone();
+        let path = std::mem::take(&mut self.path);
         Box::pin(async move {
             let id = core.stream_ids.next();
-            let (outbound, responses) = mpsc::unbounded_channel();
+            let (outbound, messages) = mpsc::unbounded_channel();
+            let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
-            core.queue.push(Work::StreamOpen(StreamLink {
+            let link = StreamLink {
                 id,
+                path,
                 outbound,
                 want: want.clone(),
-            }));
-            let mut inbound = request.into_inner();
-            tokio::spawn(async move {
-                // `want` is closed when Python is done with the stream: stop reading then
-                while let Ok(permit) = want.acquire().await {
-                    permit.forget();
-                    let frame = inbound.message().await;
-                    let last = !matches!(frame, Ok(Some(_)));
-                    core.queue.push(Work::StreamFrame(Frame { id, frame }));
-                    if last {
-                        break;
-                    }
-                }
-            });
-            Ok(Response::new(UnboundedReceiverStream::new(responses)))
+            };
+            core.queue.push(Work::StreamOpen(link));
+            tokio::spawn(read_frames(core, id, request.into_inner(), want, gone));
+            let messages = UnboundedReceiverStream::new(messages);
+            Ok(Response::new(Responses {
+                messages,
+                _gone: gone_tx,
+            }))
         })
+    }
+}
+
+/// Reads a frame per permit until the requests end; says when the client is gone; stops when `want` closes.
+async fn read_frames(
+    core: Arc<Core>,
+    id: u64,
+    mut inbound: Streaming<Bytes>,
+    want: Arc<Semaphore>,
+    mut gone: oneshot::Receiver<()>,
+) {
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            _ = &mut gone => {
+                let frame = Err(Status::cancelled("the client went away"));
+                core.queue.push(Work::StreamFrame(Frame { id, frame }));
+                break;
+            }
+            permit = want.acquire(), if reading => {
+                let Ok(permit) = permit else { break };
+                permit.forget();
+                let frame = inbound.message().await;
+                reading = matches!(frame, Ok(Some(_)));
+                core.queue.push(Work::StreamFrame(Frame { id, frame }));
+            }
+        }
     }
 }
 

@@ -234,3 +234,17 @@ def test_stream_frame_that_does_not_decode_ends_the_stream(servers: dict[str, Ru
     native, grpcio = ask(servers["native"]), ask(servers["grpcio"])
     assert native[0] == grpcio[0] == grpc.StatusCode.INVALID_ARGUMENT
     assert "ModelStreamInfer request is not a valid protobuf message" in native[1]
+
+
+def test_health_watch_streams_the_status(servers: dict[str, RuntimeProcess]) -> None:
+    for proc in servers.values():
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            responses = stub.Watch(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"), timeout=30)
+            assert next(responses).status == health_pb2.HealthCheckResponse.SERVING
+            responses.cancel()  # the server's watcher ends with the call
+            unknown = stub.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=30)
+            assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            unknown.cancel()
+        with proc.grpc_client() as client:
+            assert client.is_server_live()
