@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -89,7 +90,7 @@ def test_infer_raw_fp32_and_requested_outputs(native: RuntimeProcess) -> None:
 
 
 def test_infer_bytes_and_native_types(native: RuntimeProcess) -> None:
-    values = {
+    values: dict[str, tuple[np.ndarray[Any, Any], str]] = {
         "fp16": (np.array([[1.5, -2.25]], np.float16), "FP16"),
         "int8": (np.array([[-128, 127]], np.int8), "INT8"),
         "flag": (np.array([[True, False]]), "BOOL"),
