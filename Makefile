@@ -3,10 +3,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The native protocol core (Rust, runtime/native): a change to it reinstalls, which rebuilds the extension. Cargo
+# builds into a persistent target dir outside the repository, so a rebuild recompiles only what changed.
+NATIVE := runtime/native
+NATIVE_SOURCES := $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(shell find $(NATIVE)/src -name '*.rs' 2>/dev/null)
+export CARGO_TARGET_DIR ?= $(or $(ENSEMBLE_TOOLS_CACHE),$(HOME)/.cache/ensemble-operator/tools)/cargo-target
+CARGO := nice cargo
 
-.PHONY: setup demo demo-runtime test lint typecheck unit integration bench tools images crds fuzz property
+.PHONY: setup demo demo-runtime test lint lint-native typecheck unit integration bench tools images crds fuzz property
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[runtime,operator,examples,dev]'
@@ -27,9 +33,15 @@ demo: setup
 demo-runtime: setup
 	$(BIN)/python -m ensemble_examples.demo
 
-lint: setup
+lint: setup lint-native
 	$(BIN)/ruff check contract runtime operator examples/ensemble_examples tests bench e2e fuzz demo
 	$(BIN)/lint-imports
+
+# The Rust crate: formatting, clippy with warnings as errors, and its pure unit tests (no libpython needed).
+lint-native:
+	cd $(NATIVE) && $(CARGO) fmt --check
+	cd $(NATIVE) && PYO3_PYTHON=$(abspath $(BIN)/python) $(CARGO) clippy --release --all-targets -- -D warnings
+	cd $(NATIVE) && $(CARGO) test --release --no-default-features
 
 typecheck: setup
 	$(BIN)/mypy contract/ensemble_contract runtime/ensemble_runtime operator/ensemble_operator examples/ensemble_examples/*.py e2e fuzz demo

@@ -15,7 +15,10 @@
 #   Debian mirror in /etc/apt/sources.list(.d)): no container registry needed.
 # - Wheels: built on the host with `pip wheel` (PYTHON, a Python 3.11 like the images'): the dependencies
 #   once per pyproject.toml, the project's own wheel per build. Images install them with `pip install
-#   --no-index`; builds run with `--network none`.
+#   --no-index`; builds run with `--network none`. The project's wheel carries the native protocol core
+#   (runtime/native, Rust, built by setuptools-rust with the host's cargo into CARGO_TARGET_DIR, default
+#   <tools cache>/cargo-target, so a rebuild compiles only what changed); the host's glibc must not be newer than
+#   the images' (both Debian bookworm here).
 # - Docker: Debian's docker.io, a private daemon per run (tools/dockerd.sh), stopped at exit.
 # Needs root (debootstrap, dockerd). Missing Debian packages (docker.io, debootstrap) are installed.
 # Concurrent runs are safe: base, wheels and each image are built under an flock into a temporary path that is
@@ -25,6 +28,7 @@ set -euo pipefail
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "${TOOLS_DIR}/.." && pwd)"
 CACHE="${ENSEMBLE_TOOLS_CACHE:-${HOME}/.cache/ensemble-operator/tools}/images"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${ENSEMBLE_TOOLS_CACHE:-${HOME}/.cache/ensemble-operator/tools}/cargo-target}"
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 SUITE="bookworm"
 BASE_PACKAGES="python3,python3-venv,ca-certificates"
@@ -110,8 +114,10 @@ source_key() {
     (cd "${REPO}" && {
         printf '%s\n' pyproject.toml README.md
         find contract runtime operator examples -type f \
-            \( -name '*.py' -o -name '*.pyi' -o -name '*.txt' -o -name '*.pbtxt' -o -name py.typed \) \
-            -not -path '*/__pycache__/*' -not -path 'examples/model_repository/*' -not -path '*.egg-info/*'
+            \( -name '*.py' -o -name '*.pyi' -o -name '*.txt' -o -name '*.pbtxt' -o -name py.typed \
+               -o -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock \) \
+            -not -path '*/__pycache__/*' -not -path 'examples/model_repository/*' -not -path '*.egg-info/*' \
+            -not -path 'runtime/native/target/*'
     } | LC_ALL=C sort | xargs -d '\n' sha256sum) | sha
 }
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Buffer
 
 from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
 
@@ -103,7 +104,7 @@ def serialize_bytes(array: npt.NDArray[Any]) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes(raw: bytes | bytearray | memoryview, count: int, name: str) -> npt.NDArray[np.object_]:
+def deserialize_bytes(raw: Buffer, count: int, name: str) -> npt.NDArray[np.object_]:
     """Triton's raw BYTES form -> object array of `count` elements; names the tensor when malformed.
 
     Elements are collected as the payload proves them (each takes at least its 4-byte length prefix), and the

@@ -32,13 +32,14 @@ from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
+from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
 from ensemble_runtime.repository.sources import S3Source, no_deaths
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.settings import ControlMode, RuntimeSettings
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.version_loader import VersionLoader
 
@@ -129,6 +130,7 @@ class Server:
     planes: Planes
     health: Health = field(default_factory=Health)
     _grpc: grpc.aio.Server | None = None
+    _native_grpc: NativeGrpcServer | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -139,7 +141,13 @@ class Server:
     async def start(self) -> None:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
-        if s.allow_grpc:
+        if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
+            self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
+                                                 s.grpc_max_message_bytes, s.grpc_restrictions(),
+                                                 threads=s.grpc_native_threads,
+                                                 stream_limit=s.grpc_stream_max_in_flight)
+            self._native_grpc.start(s.grpc_address, s.grpc_port)
+        elif s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
                                            s.grpc_max_message_bytes, s.grpc_restrictions(),
                                            stream_limit=s.grpc_stream_max_in_flight)
@@ -224,6 +232,8 @@ class Server:
                 await task
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self._native_grpc is not None:
+            await self._native_grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         await dp.registry.close()

@@ -19,6 +19,11 @@ class ControlMode(enum.Enum):
     EXPLICIT = "explicit"
 
 
+class GrpcFrontend(enum.Enum):
+    GRPCIO = "grpcio"  # grpcio's asyncio server
+    NATIVE = "native"  # the Rust core, ensemble_runtime.protocol._native (ModelStreamInfer and health Watch not yet)
+
+
 class RuntimeSettings(BaseModel):
     model_repositories: list[str] = Field(default_factory=list)
     repository_config: Path | None = None
@@ -38,6 +43,8 @@ class RuntimeSettings(BaseModel):
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     grpc_stream_max_in_flight: int = 64
+    grpc_frontend: GrpcFrontend = GrpcFrontend.GRPCIO
+    grpc_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     max_config_bytes: int = 1024 * 1024
@@ -104,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-stream-max-in-flight", type=int,
                    help="requests of one ModelStreamInfer stream run concurrently, at most this many at once; "
                         "the stream is read further as they finish")
+    p.add_argument("--grpc-frontend", choices=[f.value for f in GrpcFrontend],
+                   help="what serves the gRPC port: grpcio's server (default), or the native core (Rust: decodes "
+                        "ModelInfer and encodes its response off the GIL; ModelStreamInfer and health Watch are "
+                        "not served by it yet)")
+    p.add_argument("--grpc-native-threads", type=int,
+                   help="threads of the native gRPC core (--grpc-frontend=native)")
     p.add_argument("--http-max-body-bytes", type=int,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
     p.add_argument("--http-max-json-bytes", type=int,

@@ -1,10 +1,15 @@
-"""Protobuf <-> data plane types for the gRPC transport. Pure; no grpc import."""
+"""Protobuf <-> data plane types for the gRPC transport. Pure; no grpc import.
+
+`decode_request` reads a protobuf `ModelInferRequest` or the native core's view of one
+(`ensemble_runtime.protocol._native.InferRequestView`: the same attributes, parameters as plain values, raw contents as
+buffers numpy reads in place); `output_payloads` is what both transports send for each output."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
@@ -29,6 +34,9 @@ from ensemble_runtime.shared_memory import (
 from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
 
+if TYPE_CHECKING:
+    from ensemble_runtime.protocol._native import InferRequestView, WireBuffer
+
 _TYPED_FIELDS = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
@@ -51,7 +59,10 @@ def _param(value: pb.InferParameter) -> ParamValue:
 
 
 def _params(parameters: Any) -> dict[str, ParamValue]:
-    """A protobuf parameter map as a dict; an empty one without walking it (the common case)."""
+    """A protobuf parameter map as a dict; an empty one without walking it (the common case). The native
+    core's parameters are a dict of plain values already."""
+    if isinstance(parameters, dict):
+        return parameters
     return {k: _param(v) for k, v in parameters.items()} if parameters else {}
 
 
@@ -72,7 +83,7 @@ def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[tuple[int, ..
     return shape, element_count(tensor.name, shape, tensor.datatype)
 
 
-def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> Tensor:
+def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | WireBuffer) -> Tensor:
     shape, count = _shape(tensor)
     if tensor.datatype == "BYTES":
         return deserialize_bytes(raw, count, tensor.name).reshape(shape)
@@ -83,7 +94,7 @@ def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> Tens
             f"unexpected total byte size {len(raw)} for input {quote_name(tensor.name)}, expecting {expected} "
             f"({tensor.datatype} shape {bounded(str(list(shape)), NAME_LIMIT)})"
         )
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return np.frombuffer(memoryview(raw), dtype=dtype).reshape(shape)  # in place, for the native core's buffers too
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
@@ -108,7 +119,7 @@ def _shm_ref(kind: str, name: str, parameters: Any, shm: SharedMemoryRegistry | 
     """The shared memory a tensor's `shared_memory_*` parameters name (None: none); refused without a registry."""
     if not parameters:  # most tensors carry no parameters: skip the map walk
         return None
-    params = {key: _param(value) for key, value in parameters.items() if key.startswith("shared_memory_")}
+    params = {key: value for key, value in _params(parameters).items() if key.startswith("shared_memory_")}
     if not params:
         return None
     if shm is None:
@@ -117,7 +128,7 @@ def _shm_ref(kind: str, name: str, parameters: Any, shm: SharedMemoryRegistry | 
 
 
 def decode_request(
-    request: pb.ModelInferRequest, shm: SharedMemoryRegistry | None = None
+    request: pb.ModelInferRequest | InferRequestView, shm: SharedMemoryRegistry | None = None
 ) -> tuple[InferRequest, dict[str, str]]:
     """ModelInferRequest -> (InferRequest, datatype each input declared). Inputs in shared memory are read from
     `shm` (raw contents then belong, in order, to the other inputs); outputs sent there are checked up front."""
@@ -180,24 +191,43 @@ def decode_request(
     )
 
 
+OutputPayload = tuple[str, str, tuple[int, ...], "bytes | npt.NDArray[np.uint8]"]
+
+
+def output_payloads(
+    response: InferResponse, shm: SharedMemoryRegistry | None = None, shm_outputs: dict[str, ShmRef] | None = None
+) -> list[OutputPayload]:
+    """(name, datatype, shape, contents) per output: contents serialized (BYTES) or the array's bytes as a
+    contiguous uint8 view (no copy when the array is contiguous already). Outputs in `shm_outputs` are written
+    to their regions and sent with empty contents (Triton)."""
+    out: list[OutputPayload] = []
+    refs = shm_outputs or {}
+    for name, array in response.outputs.items():
+        wire = numpy_to_wire(array.dtype)
+        ref = refs.get(name)
+        data: bytes | npt.NDArray[np.uint8]
+        if ref is not None and shm is not None:
+            write_output(shm, ref, name, array)
+            data = b""
+        elif wire == "BYTES":
+            data = serialize_bytes(array)
+        else:
+            data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        out.append((name, wire, tuple(array.shape), data))
+    return out
+
+
 def encode_response(
     response: InferResponse, shm: SharedMemoryRegistry | None = None, shm_outputs: dict[str, ShmRef] | None = None
 ) -> pb.ModelInferResponse:
-    """The response; outputs in `shm_outputs` are written to their regions and sent with empty contents (Triton)."""
+    """The response as a protobuf message (see `output_payloads`)."""
     out = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
     for key, value in response.parameters.items():
         _set_param(out.parameters[key], value)
     raw = out.raw_output_contents
-    refs = shm_outputs or {}
-    for name, array in response.outputs.items():
-        wire = numpy_to_wire(array.dtype)
-        out.outputs.add(name=name, datatype=wire, shape=array.shape)
-        ref = refs.get(name)
-        if ref is not None and shm is not None:
-            write_output(shm, ref, name, array)
-            raw.append(b"")
-            continue
-        raw.append(serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes())
+    for name, wire, shape, data in output_payloads(response, shm, shm_outputs):
+        out.outputs.add(name=name, datatype=wire, shape=shape)
+        raw.append(data if isinstance(data, bytes) else data.tobytes())
     return out
 
 

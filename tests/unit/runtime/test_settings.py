@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ensemble_runtime.settings import ControlMode, RuntimeSettings, parse_settings
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, RuntimeSettings, parse_settings
 
 
 def test_no_flags_gives_the_models_defaults() -> None:
@@ -22,6 +22,14 @@ def test_flags_override_the_defaults() -> None:
     assert settings.grpc_port == 9001 and settings.http_port == RuntimeSettings().http_port
     assert settings.allow_http is False and settings.memory_factor == 1.5
     assert settings.repository_config == Path("/r.json")
+
+
+def test_grpc_frontend_is_grpcio_unless_native_is_asked_for() -> None:
+    assert RuntimeSettings().grpc_frontend is GrpcFrontend.GRPCIO
+    settings = parse_settings(["--grpc-frontend=native", "--grpc-native-threads=2"])
+    assert settings.grpc_frontend is GrpcFrontend.NATIVE and settings.grpc_native_threads == 2
+    with pytest.raises(SystemExit):
+        parse_settings(["--grpc-frontend=other"])
 
 
 def test_bad_flags_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

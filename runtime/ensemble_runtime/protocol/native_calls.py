@@ -1,0 +1,123 @@
+"""Answering the calls the native gRPC core hands over: ModelInfer through the data plane (decoded by the core,
+encoded by it with the GIL released), every other unary method through the grpcio servicer's own handlers on
+the raw request bytes, so both front ends answer the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.errors import InferenceError, bounded
+from ensemble_runtime.protocol import grpc_codec
+from ensemble_runtime.protocol._native import Call
+from ensemble_runtime.protocol.grpc_server import InferenceServicer
+from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.restricted import HEALTH_SERVICE, INFERENCE_SERVICE
+from ensemble_runtime.shared_memory import output_refs
+
+log = logging.getLogger(__name__)
+UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+# what grpcio answers for a method the servicer leaves to the generated base class
+NOT_IMPLEMENTED = "Unexpected <class 'NotImplementedError'>: Method not implemented!"
+_NATIVE_METHODS = ("ModelInfer", "ModelStreamInfer")  # decoded by the core / not forwarded
+
+
+class RpcAbort(Exception):
+    """A handler ended its call with a status (what `context.abort` does under grpcio)."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(code, details)
+        self.code = code
+        self.details = details
+
+
+class CallContext:
+    """The part of a grpc.aio servicer context the servicer's handlers use, for calls that did not come
+    through grpcio: `abort` ends the handler with a status."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise RpcAbort(code.value[0], details)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A forwarded method: how to parse its request and the handler that answers it."""
+
+    name: str
+    parse: Callable[[bytes], Any]
+    handle: Callable[[Any, Any], Awaitable[Any]]
+
+
+def forwarded_routes(servicer: InferenceServicer, health: Any) -> dict[str, Route]:
+    """Method path -> route, for the unary methods the servicer implements and health Check. Methods it leaves
+    to the generated base class (TraceSetting, LogSettings) are absent: UNIMPLEMENTED, as under grpcio."""
+    routes: dict[str, Route] = {}
+    base = service_pb2_grpc.GRPCInferenceServiceServicer
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        name = method.name
+        if name in _NATIVE_METHODS or getattr(type(servicer), name) is getattr(base, name):
+            continue
+        message = getattr(pb, method.input_type.name)
+        routes[f"/{INFERENCE_SERVICE}/{name}"] = Route(name, message.FromString, getattr(servicer, name))
+    routes[f"/{HEALTH_SERVICE}/Check"] = Route("Check", health_pb2.HealthCheckRequest.FromString, health.Check)
+    return routes
+
+
+def status_code(name: str) -> int:
+    """The gRPC code number of an ErrorCode / grpc.StatusCode name."""
+    return int(grpc.StatusCode[name].value[0])
+
+
+async def answer_forwarded(call: Call, routes: Mapping[str, Route]) -> None:
+    route = routes.get(call.method)
+    if route is None:
+        call.fail(UNIMPLEMENTED, NOT_IMPLEMENTED)
+        return
+    try:
+        request = route.parse(call.payload)
+    except Exception as exc:  # protobuf's DecodeError: the same answer as decode_guard gives under grpcio
+        call.fail(INVALID_ARGUMENT, f"the {route.name} request is not a valid protobuf message ({type(exc).__name__})")
+        return
+    try:
+        response = await route.handle(request, CallContext())
+    except RpcAbort as abort:
+        call.fail(abort.code, abort.details)
+        return
+    except asyncio.CancelledError:
+        call.fail(CANCELLED, "the server is stopping")
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in gRPC handler %s", route.name)
+        call.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
+        return
+    call.reply(response.SerializeToString())
+
+
+async def answer_infer(call: Call, dataplane: DataPlane) -> None:
+    """Decode (in a thread when large), run, and hand the outputs back for the core to encode."""
+    shm = dataplane.shared_memory
+    try:
+        decoded, declared = await sized(call.size, grpc_codec.decode_request, call.request, shm)
+        response = await dataplane.infer(decoded, declared)
+        outputs = grpc_codec.output_payloads(response, shm, output_refs(decoded.output_parameters))
+        call.reply_infer(response.model_name, response.model_version, response.id, response.parameters, outputs)
+    except InferenceError as exc:
+        call.fail(status_code(exc.code.name), bounded(exc.message))
+    except asyncio.CancelledError:
+        call.fail(CANCELLED, "the server is stopping")
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in gRPC handler ModelInfer")
+        call.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,104 @@
+"""The native gRPC front end (`--grpc-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
+inference.GRPCInferenceService and grpc.health.v1.Health on the gRPC port, checks restrictions and message
+sizes, decodes ModelInfer, and queues every call; the event loop is woken once per batch of arrived calls
+(`add_reader` on the core's descriptor) and starts one task per call. ModelStreamInfer's frames are handed over
+raw to the grpcio front end's StreamSession, health Watch to the health servicer's Watch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
+from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
+from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
+from ensemble_runtime.protocol.native_calls import answer_forwarded, answer_infer, forwarded_routes
+from ensemble_runtime.protocol.native_stream import (
+    Inbound,
+    answer_stream,
+    answer_watch,
+    model_infer_inbound,
+    watch_inbound,
+)
+from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
+from ensemble_runtime.repository_plane import RepositoryPlane
+from ensemble_runtime.restrictions import Restrictions
+
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+
+
+def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str, str, str]]:
+    """(method path, header, value, refusal) for each method in a restricted category."""
+    out: list[tuple[str, str, str, str]] = []
+    for path, category in GRPC_CATEGORIES.items():
+        restriction = restrictions.get(category) if restrictions is not None else None
+        if restriction is not None:
+            out.append((path, restriction.header, restriction.value, restriction.refusal("protocol")))
+    return out
+
+
+class NativeGrpcServer:
+    def __init__(
+        self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
+        restrictions: Restrictions | None = None, threads: int = 1, stream_limit: int = DEFAULT_STREAM_LIMIT,
+    ) -> None:
+        self._dp = dataplane
+        self._stream_limit = stream_limit
+        self._streams: dict[int, Inbound[Any]] = {}
+        self._health = health
+        health.follow(dataplane.ready)
+        self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
+        self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, address: str, port: int) -> int:
+        """Serve on `address:port` (0: any free port); returns the port."""
+        loop = asyncio.get_running_loop()
+        bound = self._core.start(address, port)
+        loop.add_reader(self._core.fileno(), self._drain)
+        self._loop = loop
+        return bound
+
+    def _drain(self) -> None:
+        """One wake-up: every call waiting, one task each."""
+        assert self._loop is not None
+        for item in self._core.take():
+            if isinstance(item, StreamFrame):
+                inbound = self._streams.get(item.id)
+                if inbound is not None:
+                    inbound.deliver(item)
+                continue
+            task = self._loop.create_task(
+                self._stream(item) if isinstance(item, StreamCall) else self._answer(item)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _stream(self, stream: StreamCall) -> None:
+        try:
+            if stream.method == HEALTH_WATCH:
+                watching = self._streams[stream.id] = watch_inbound(stream)
+                await answer_watch(stream, watching, self._health.servicer.Watch)
+            else:
+                requests = self._streams[stream.id] = model_infer_inbound(stream)
+                await answer_stream(stream, requests, self._dp, self._stream_limit)
+        finally:
+            del self._streams[stream.id]
+
+    async def _answer(self, call: Call) -> None:
+        if call.method == MODEL_INFER:
+            await answer_infer(call, self._dp)
+        else:
+            await answer_forwarded(call, self._routes)
+
+    async def stop(self, grace: float) -> None:
+        """Stop taking calls; those in flight are answered for up to `grace` seconds."""
+        await asyncio.to_thread(self._core.stop, grace)
+        if self._loop is not None:
+            self._loop.remove_reader(self._core.fileno())
+            self._loop = None
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,129 @@
+"""Streams through the native core. ModelStreamInfer: its raw frames feed the same `StreamSession` the grpcio
+front end runs; the session pulls requests (one `want` per request it reads), so its in-flight limit still
+bounds how much of the stream the core reads. Health Watch: the health servicer's own Watch, writing through
+the stream, ended when the client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Generic, NoReturn, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2 as pb
+
+from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.errors import bounded
+from ensemble_runtime.protocol._native import StreamCall, StreamFrame
+from ensemble_runtime.protocol.grpc_stream import StreamSession
+from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, RpcAbort
+
+log = logging.getLogger(__name__)
+M = TypeVar("M")
+
+
+class Inbound(Generic[M]):
+    """The requests of one stream, parsed, as the frames the core reads come in (`deliver`)."""
+
+    def __init__(self, stream: StreamCall, parse: Callable[[bytes], M]) -> None:
+        self._stream = stream
+        self._parse = parse
+        self._method = stream.method.rsplit("/", 1)[-1]
+        self._frames: asyncio.Queue[StreamFrame] = asyncio.Queue()
+
+    def deliver(self, frame: StreamFrame) -> None:
+        self._frames.put_nowait(frame)
+
+    def __aiter__(self) -> AsyncIterator[M]:
+        return self
+
+    async def __anext__(self) -> M:
+        self._stream.want()
+        frame = await self._frames.get()
+        payload = frame.payload
+        if payload is None:
+            if frame.code == 0:
+                raise StopAsyncIteration
+            raise RpcAbort(frame.code, frame.message)
+        try:
+            return self._parse(payload)
+        except Exception as exc:  # the answer decode_guard gives under grpcio
+            raise RpcAbort(INVALID_ARGUMENT, f"the {self._method} request is not a valid protobuf message "
+                                             f"({type(exc).__name__})") from exc
+
+    async def failure(self) -> RpcAbort:
+        """Waits for the stream to fail (the client went away), reading no further requests."""
+        while True:
+            frame = await self._frames.get()
+            if frame.payload is None and frame.code != 0:
+                return RpcAbort(frame.code, frame.message)
+
+
+class StreamContext:
+    """The part of a grpc.aio context a response-streaming handler uses: `write`, `abort`."""
+
+    def __init__(self, stream: StreamCall) -> None:
+        self._stream = stream
+
+    async def write(self, message: Any) -> None:
+        if not self._stream.send(message.SerializeToString()):
+            raise RpcAbort(CANCELLED, "the client went away")
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise RpcAbort(code.value[0], details)
+
+
+def model_infer_inbound(stream: StreamCall) -> Inbound[pb.ModelInferRequest]:
+    return Inbound(stream, pb.ModelInferRequest.FromString)
+
+
+def watch_inbound(stream: StreamCall) -> Inbound[health_pb2.HealthCheckRequest]:
+    return Inbound(stream, health_pb2.HealthCheckRequest.FromString)
+
+
+async def answer_watch(stream: StreamCall, inbound: Inbound[Any],
+                       watch: Callable[[Any, StreamContext], Coroutine[Any, Any, None]]) -> None:
+    """Health Watch: the servicer writes each status change until the client goes away."""
+    try:
+        request = await anext(inbound)
+    except RpcAbort as abort:
+        stream.fail(abort.code, abort.details)
+        return
+    except StopAsyncIteration:
+        stream.fail(INVALID_ARGUMENT, "the Watch call sent no request")
+        return
+    loop = asyncio.get_running_loop()
+    watcher: asyncio.Task[None] = loop.create_task(watch(request, StreamContext(stream)))
+    gone = loop.create_task(inbound.failure())
+    try:
+        await asyncio.wait({watcher, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (watcher, gone):
+            task.cancel()
+        await asyncio.gather(watcher, gone, return_exceptions=True)
+    outcome = None if watcher.cancelled() else watcher.exception()
+    if isinstance(outcome, RpcAbort):
+        stream.fail(outcome.code, outcome.details)
+    else:
+        stream.close()
+
+
+async def answer_stream(stream: StreamCall, inbound: Inbound[pb.ModelInferRequest], dataplane: DataPlane, limit: int) -> None:
+    """Runs the stream's session; its messages go out as they come, then the stream ends with its status."""
+    try:
+        async for message in StreamSession(dataplane, limit).run(inbound):
+            if not stream.send(message.SerializeToString()):
+                break  # the client went away
+    except RpcAbort as abort:
+        stream.fail(abort.code, abort.details)
+        return
+    except asyncio.CancelledError:
+        stream.fail(CANCELLED, "the server is stopping")
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in ModelStreamInfer")
+        stream.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
+        return
+    stream.close()

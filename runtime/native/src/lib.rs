@@ -1,0 +1,32 @@
+//! The runtime's native protocol core (`ensemble_runtime.protocol._native`): the KServe v2 / Triton gRPC services
+//! served by tonic, `ModelInfer` decoded here, every call handed to the Python data plane in batches.
+//! What a request means stays in Python; this crate parses and writes the wire.
+
+pub mod messages;
+pub mod queue;
+pub mod restrict;
+pub mod service;
+pub mod stream;
+
+#[cfg(feature = "python")]
+mod py_core;
+#[cfg(feature = "python")]
+mod py_request;
+#[cfg(feature = "python")]
+mod py_stream;
+
+#[cfg(feature = "python")]
+#[pyo3::pymodule]
+fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    use pyo3::types::PyModuleMethods;
+    module.add_class::<py_core::GrpcCore>()?;
+    module.add_class::<py_core::Call>()?;
+    module.add_class::<py_stream::StreamCall>()?;
+    module.add_class::<py_stream::StreamFrame>()?;
+    module.add_class::<py_request::InferRequestView>()?;
+    module.add_class::<py_request::InputTensor>()?;
+    module.add_class::<py_request::OutputTensor>()?;
+    module.add_class::<py_request::Contents>()?;
+    module.add_class::<py_request::WireBuffer>()?;
+    Ok(())
+}

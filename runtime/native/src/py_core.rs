@@ -1,0 +1,269 @@
+//! The Python face of the core: `GrpcCore` (start, the wake-up descriptor, `take` a batch of calls, stop) and
+//! `Call` (one waiting call and the ways to answer it).
+
+use std::collections::HashMap;
+use std::net::{TcpListener, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use tonic::{Code, Status};
+
+use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
+use crate::py_request::{parameter, request_view, InferRequestView};
+use crate::py_stream::{StreamCall, StreamFrame};
+use crate::restrict::{Restrictions, Rule};
+use crate::service::{serve, Core, Reply, Running, Work, MODEL_INFER};
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
+pub struct GrpcCore {
+    core: Arc<Core>,
+    threads: usize,
+    state: Mutex<Option<(tokio::runtime::Runtime, Running)>>,
+}
+
+#[pymethods]
+impl GrpcCore {
+    /// `restricted`: (method path, header, value, refusal message) per restricted method.
+    #[new]
+    fn new(
+        max_message_bytes: usize,
+        restricted: Vec<(String, String, String, String)>,
+        threads: usize,
+    ) -> PyResult<Self> {
+        let rules: HashMap<String, Rule> = restricted
+            .into_iter()
+            .map(|(path, header, value, refusal)| {
+                (
+                    path,
+                    Rule {
+                        header,
+                        value: value.into_bytes(),
+                        refusal,
+                    },
+                )
+            })
+            .collect();
+        let core = Core::new(Restrictions::new(rules), max_message_bytes)?;
+        Ok(Self {
+            core: Arc::new(core),
+            threads: threads.max(1),
+            state: Mutex::new(None),
+        })
+    }
+
+    /// The descriptor that turns readable when calls wait (for the event loop's `add_reader`).
+    fn fileno(&self) -> i32 {
+        self.core.queue.fd()
+    }
+
+    /// Binds `address:port` and serves; returns the port bound (for port 0).
+    fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
+        let mut state = lock(&self.state);
+        if state.is_some() {
+            return Err(PyRuntimeError::new_err("the gRPC core is already serving"));
+        }
+        let addr = (address, port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| PyValueError::new_err(format!("no address for {address}:{port}")))?;
+        let core = self.core.clone();
+        let threads = self.threads;
+        let (runtime, running, bound) = py.allow_threads(move || -> std::io::Result<_> {
+            let listener = TcpListener::bind(addr)?;
+            let bound = listener.local_addr()?.port();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("grpc-core")
+                .enable_all()
+                .build()?;
+            let running = serve(&runtime, core, listener)?;
+            Ok((runtime, running, bound))
+        })?;
+        *state = Some((runtime, running));
+        Ok(bound)
+    }
+
+    /// Every call waiting now (one wake-up's batch), the GIL taken once for all of them: `Call`s, and for
+    /// ModelStreamInfer a `StreamCall` when a stream opens and a `StreamFrame` per frame read from it.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let batch = py.allow_threads(|| self.core.queue.take());
+        let out = PyList::empty(py);
+        for work in batch {
+            let item = match work {
+                Work::Infer {
+                    request,
+                    size,
+                    reply,
+                } => Py::new(
+                    py,
+                    Call {
+                        method: MODEL_INFER.to_string(),
+                        request: Some(request_view(py, request)?),
+                        payload: Bytes::new(),
+                        size,
+                        reply: Mutex::new(Some(reply)),
+                    },
+                )?
+                .into_any(),
+                Work::Forward {
+                    path,
+                    payload,
+                    reply,
+                } => Py::new(
+                    py,
+                    Call {
+                        method: path,
+                        request: None,
+                        size: payload.len(),
+                        payload,
+                        reply: Mutex::new(Some(reply)),
+                    },
+                )?
+                .into_any(),
+                Work::StreamOpen(link) => Py::new(py, StreamCall::new(link))?.into_any(),
+                Work::StreamFrame(frame) => Py::new(py, StreamFrame::new(frame))?.into_any(),
+            };
+            out.append(item)?;
+        }
+        Ok(out)
+    }
+
+    /// Stops taking connections and waits up to `grace` seconds for calls in flight (answer them meanwhile:
+    /// run this off the event loop), then ends the core's threads.
+    fn stop(&self, py: Python<'_>, grace: f64) {
+        let taken = lock(&self.state).take();
+        if let Some((runtime, running)) = taken {
+            py.allow_threads(move || {
+                running.stop(&runtime, Duration::from_secs_f64(grace.max(0.0)));
+                runtime.shutdown_timeout(Duration::from_millis(100));
+            });
+        }
+    }
+}
+
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
+pub struct Call {
+    method: String,
+    request: Option<Py<InferRequestView>>,
+    payload: Bytes,
+    size: usize,
+    reply: Mutex<Option<Reply>>,
+}
+
+impl Call {
+    fn answer(&self, result: Result<Bytes, Status>) -> PyResult<()> {
+        match lock(&self.reply).take() {
+            Some(reply) => {
+                let _ = reply.send(result); // the client may have gone: nothing to tell it
+                Ok(())
+            }
+            None => Err(PyRuntimeError::new_err("this call was answered already")),
+        }
+    }
+}
+
+#[pymethods]
+impl Call {
+    /// The method's full path, e.g. `/inference.GRPCInferenceService/ModelInfer`.
+    #[getter]
+    fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The size of the request message in bytes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The decoded request (ModelInfer only).
+    #[getter]
+    fn request(&self, py: Python<'_>) -> PyResult<Py<InferRequestView>> {
+        self.request
+            .as_ref()
+            .map(|r| r.clone_ref(py))
+            .ok_or_else(|| PyValueError::new_err("not a ModelInfer call"))
+    }
+
+    /// The raw request message (forwarded methods).
+    #[getter]
+    fn payload<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.payload)
+    }
+
+    /// Answers with a serialized response message.
+    fn reply(&self, message: &[u8]) -> PyResult<()> {
+        self.answer(Ok(Bytes::copy_from_slice(message)))
+    }
+
+    /// Answers with a status (a gRPC code number other than OK, and its message).
+    fn fail(&self, code: i32, message: String) -> PyResult<()> {
+        let code = match Code::from_i32(code) {
+            Code::Ok => Code::Unknown,
+            other => other,
+        };
+        self.answer(Err(Status::new(code, message)))
+    }
+
+    /// Answers ModelInfer: `outputs` are (name, datatype, shape, data) with data any C-contiguous buffer of
+    /// bytes (a uint8 view of the array, or serialized BYTES); encoded with the GIL released.
+    #[pyo3(signature = (model_name, model_version, id, parameters, outputs))]
+    fn reply_infer(
+        &self,
+        py: Python<'_>,
+        model_name: String,
+        model_version: String,
+        id: String,
+        parameters: &Bound<'_, PyDict>,
+        outputs: Vec<(String, String, Vec<i64>, PyBuffer<u8>)>,
+    ) -> PyResult<()> {
+        let mut params = Parameters::new();
+        for (key, value) in parameters.iter() {
+            params.insert(key.extract()?, parameter(&value)?);
+        }
+        let mut tensors = Vec::with_capacity(outputs.len());
+        let mut buffers = Vec::with_capacity(outputs.len());
+        for (name, datatype, shape, buffer) in outputs {
+            if !buffer.is_c_contiguous() {
+                return Err(PyValueError::new_err(format!(
+                    "output '{name}': the data is not contiguous"
+                )));
+            }
+            tensors.push(InferOutputTensor {
+                name,
+                datatype,
+                shape,
+                parameters: Parameters::new(),
+            });
+            buffers.push(buffer);
+        }
+        let head = ModelInferResponseHead {
+            model_name,
+            model_version,
+            id,
+            parameters: params,
+            outputs: tensors,
+        };
+        let encoded = py.allow_threads(|| {
+            // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
+            let slices: Vec<&[u8]> = buffers
+                .iter()
+                .map(|b| unsafe {
+                    std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+                })
+                .collect();
+            encode_response(&head, &slices)
+        });
+        drop(buffers);
+        self.answer(Ok(encoded))
+    }
+}

@@ -1,0 +1,337 @@
+//! The gRPC services on tonic's server: `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
+//!
+//! Every call is checked against the restrictions on its headers first. `ModelInfer` is decoded here into
+//! [`ModelInferRequest`]; the other unary methods cross as raw bytes. Either way the call waits in the
+//! [`WakeQueue`] for the Python data plane, which answers through the call's [`Reply`].
+
+use std::convert::Infallible;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes};
+use prost::Message;
+use tokio::sync::oneshot;
+use tonic::body::Body;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
+use tonic::{Response, Status};
+
+use crate::messages::ModelInferRequest;
+use crate::queue::WakeQueue;
+use crate::restrict::Restrictions;
+use crate::stream::{Frame, StreamHandler, StreamIds, StreamLink};
+
+pub const INFERENCE: &str = "inference.GRPCInferenceService";
+pub const HEALTH: &str = "grpc.health.v1.Health";
+pub const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+pub const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
+pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
+
+/// The unary methods of the inference service that cross to Python as raw bytes.
+const FORWARDED: &[&str] = &[
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
+    "TraceSetting",
+    "LogSettings",
+];
+
+/// Where the answer to one call goes: the serialized response message, or a status.
+pub type Reply = oneshot::Sender<Result<Bytes, Status>>;
+
+/// A call waiting for the Python side.
+pub enum Work {
+    Infer {
+        request: ModelInferRequest,
+        size: usize,
+        reply: Reply,
+    },
+    Forward {
+        path: String,
+        payload: Bytes,
+        reply: Reply,
+    },
+    StreamOpen(StreamLink),
+    StreamFrame(Frame),
+}
+
+pub struct Core {
+    pub queue: WakeQueue<Work>,
+    pub stream_ids: StreamIds,
+    restrictions: Restrictions,
+    max_message_bytes: usize,
+}
+
+impl Core {
+    pub fn new(restrictions: Restrictions, max_message_bytes: usize) -> std::io::Result<Self> {
+        Ok(Self {
+            queue: WakeQueue::new()?,
+            stream_ids: StreamIds::default(),
+            restrictions,
+            max_message_bytes,
+        })
+    }
+
+    async fn route(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
+        let path = request.uri().path().to_owned();
+        let headers = request.headers();
+        if let Some(refusal) = self
+            .restrictions
+            .refusal(&path, |name| headers.get(name).map(|v| v.as_bytes()))
+        {
+            return Status::unavailable(refusal).into_http();
+        }
+        let limit = self.max_message_bytes;
+        let mut grpc = Grpc::new(RawCodec)
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit);
+        let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
+            grpc.streaming(StreamHandler { core: self, path }, request)
+                .await
+        } else if is_unary(&path) {
+            grpc.unary(Unary { core: self, path }, request).await
+        } else {
+            return Status::unimplemented("Method not found!").into_http();
+        };
+        // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
+        match response.extensions().get::<Status>().and_then(too_large) {
+            Some(status) => status.into_http(),
+            None => response,
+        }
+    }
+}
+
+fn is_unary(path: &str) -> bool {
+    if let Some(method) = path.strip_prefix("/inference.GRPCInferenceService/") {
+        return method == "ModelInfer" || FORWARDED.contains(&method);
+    }
+    path == "/grpc.health.v1.Health/Check"
+}
+
+/// tonic refuses a request over the size limit with OUT_OF_RANGE; grpcio (and so Triton's clients) answer
+/// RESOURCE_EXHAUSTED "Received message larger than max (N vs. LIMIT)".
+fn too_large(status: &Status) -> Option<Status> {
+    if status.code() != tonic::Code::OutOfRange
+        || !status.message().contains("message length too large")
+    {
+        return None;
+    }
+    let numbers: Vec<&str> = status
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|part| !part.is_empty())
+        .collect();
+    let message = match numbers.as_slice() {
+        [found, limit, ..] => format!("Received message larger than max ({found} vs. {limit})"),
+        _ => "Received message larger than max".to_string(),
+    };
+    Some(Status::resource_exhausted(message))
+}
+
+/// Decodes `ModelInfer` (INVALID_ARGUMENT when the bytes are no such message), as the grpcio path answers.
+pub fn decode_infer(payload: Bytes) -> Result<ModelInferRequest, Status> {
+    ModelInferRequest::decode(payload).map_err(|_| {
+        Status::invalid_argument(
+            "the ModelInfer request is not a valid protobuf message (DecodeError)",
+        )
+    })
+}
+
+struct Unary {
+    core: Arc<Core>,
+    path: String,
+}
+
+impl UnaryService<Bytes> for Unary {
+    type Response = Bytes;
+    type Future = BoxFuture<Response<Bytes>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let core = self.core.clone();
+        let path = std::mem::take(&mut self.path);
+        Box::pin(async move {
+            let payload = request.into_inner();
+            let (reply, answer) = oneshot::channel();
+            let work = if path == MODEL_INFER {
+                let size = payload.len();
+                Work::Infer {
+                    request: decode_infer(payload)?,
+                    size,
+                    reply,
+                }
+            } else {
+                Work::Forward {
+                    path,
+                    payload,
+                    reply,
+                }
+            };
+            core.queue.push(work);
+            match answer.await {
+                Ok(Ok(message)) if message.len() > core.max_message_bytes => {
+                    Err(Status::resource_exhausted(format!(
+                        "Sent message larger than max ({} vs. {})",
+                        message.len(),
+                        core.max_message_bytes
+                    )))
+                }
+                Ok(Ok(message)) => Ok(Response::new(message)),
+                Ok(Err(status)) => Err(status),
+                Err(_) => Err(Status::internal("the call was dropped without an answer")),
+            }
+        })
+    }
+}
+
+/// Messages pass through as bytes; the methods decode what they need themselves.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        *self
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        *self
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()))) // a slice of the received frame, not a copy
+    }
+}
+
+macro_rules! named_service {
+    ($name:ident, $service:expr) => {
+        #[derive(Clone)]
+        pub struct $name(pub Arc<Core>);
+
+        impl NamedService for $name {
+            const NAME: &'static str = $service;
+        }
+
+        impl Service<http::Request<Body>> for $name {
+            type Response = http::Response<Body>;
+            type Error = Infallible;
+            type Future = BoxFuture<Self::Response, Self::Error>;
+
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+                let core = self.0.clone();
+                Box::pin(async move { Ok(core.route(request).await) })
+            }
+        }
+    };
+}
+
+named_service!(InferenceService, INFERENCE);
+named_service!(HealthService, HEALTH);
+
+/// A running server: `stop` ends it after in-flight calls finish (or `grace` passes).
+pub struct Running {
+    shutdown: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`.
+pub fn serve(
+    runtime: &tokio::runtime::Runtime,
+    core: Arc<Core>,
+    listener: TcpListener,
+) -> std::io::Result<Running> {
+    let _entered = runtime.enter();
+    listener.set_nonblocking(true)?;
+    let incoming =
+        TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?).with_nodelay(Some(true));
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let router = tonic::transport::Server::builder()
+        .add_service(InferenceService(core.clone()))
+        .add_service(HealthService(core));
+    let done = runtime.spawn(router.serve_with_incoming_shutdown(incoming, async {
+        let _ = signal.await;
+    }));
+    Ok(Running { shutdown, done })
+}
+
+impl Running {
+    pub fn stop(self, runtime: &tokio::runtime::Runtime, grace: std::time::Duration) {
+        let _ = self.shutdown.send(());
+        let done = self.done;
+        let _ = runtime.block_on(async move { tokio::time::timeout(grace, done).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unary_methods_are_routed() {
+        assert!(is_unary(MODEL_INFER));
+        assert!(is_unary("/inference.GRPCInferenceService/ModelMetadata"));
+        assert!(is_unary("/grpc.health.v1.Health/Check"));
+        assert!(!is_unary(
+            "/inference.GRPCInferenceService/ModelStreamInfer"
+        ));
+        assert!(!is_unary("/inference.GRPCInferenceService/Nope"));
+    }
+
+    #[test]
+    fn oversized_requests_are_resource_exhausted() {
+        let tonic_says = Status::out_of_range("Error, decoded message length too large: found 200118 bytes, the limit is: 65536 bytes");
+        let status = too_large(&tonic_says).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "Received message larger than max (200118 vs. 65536)"
+        );
+        assert!(too_large(&Status::out_of_range("something else")).is_none());
+        assert!(too_large(&Status::invalid_argument("message length too large")).is_none());
+    }
+
+    #[test]
+    fn undecodable_infer_is_invalid_argument() {
+        let status = decode_infer(Bytes::from_static(&[0x0a, 0xff, 0xff])).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("not a valid protobuf message"));
+    }
+}
