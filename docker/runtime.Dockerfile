@@ -1,9 +1,9 @@
 # GPU runtime image: the runtime with onnxruntime-gpu (CUDA and cuDNN from its `cuda`/`cudnn` extras, nvidia-*
 # wheels from pypi.org), nvidia-ml-py and cuda-python (the `gpu` extra), and the example model repository.
 # TensorRT is opt-in (EXTRAS=runtime,gpu,tensorrt; `make images GPU=1 TENSORRT=1`): without it the TensorRT
-# backend's models are UNAVAILABLE ("the tensorrt package is not installed ...") and onnxruntime has no
-# TensorrtExecutionProvider, while ONNX models run on CUDAExecutionProvider (or on CPU, with a logged note,
-# where no GPU is visible). TensorRT's pypi.org packages are sdists that fetch the real wheels from
+# backend's models are UNAVAILABLE ("the tensorrt package is not installed ...") and onnxruntime's
+# TensorrtExecutionProvider, listed but unable to load libnvinfer, is left out with a logged note: ONNX models
+# run on CUDAExecutionProvider (or on CPU, with a logged note, where no GPU is visible). TensorRT's pypi.org packages are sdists that fetch the real wheels from
 # pypi.nvidia.com when pip builds them: a host that reaches that index (or has NVIDIA's tensorrt wheels in a
 # directory named by PIP_FIND_LINKS) runs `make images GPU=1 TENSORRT=1` and gets the gpu-trt-<key> tag.
 # No CUDA base image: the wheels bring the CUDA libraries they need (nvidia-*, tensorrt-*-libs); the node's
