@@ -109,13 +109,20 @@ def test_carries_onnxruntime_gpu_and_its_cuda_libraries(
     container, _, _ = gpu_serving
     probe = (
         "import importlib.util, json, onnxruntime; "
+        "from ensemble_runtime.backends.onnxruntime_backend import tensorrt_provider_error; "
         "print(json.dumps({'providers': onnxruntime.get_available_providers(), "
         "'tensorrt': importlib.util.find_spec('tensorrt') is not None, "
+        "'trt_provider_error': tensorrt_provider_error(), "
         "'capi': onnxruntime.capi.__path__[0]}))"
     )
     found = json.loads(docker_daemon.docker("exec", container, f"{VENV}/bin/python", "-c", probe).stdout)
+    print(found)
     assert "CUDAExecutionProvider" in found["providers"], found
     assert found["tensorrt"] == carries_tensorrt(gpu_artifact), found
+    if not carries_tensorrt(gpu_artifact):
+        # Listed by onnxruntime-gpu, but its library needs TensorRT's: the backend leaves it out, saying why.
+        assert "TensorrtExecutionProvider" in found["providers"], found
+        assert "libnvinfer.so" in found["trt_provider_error"], found
     packages = {
         p["name"].lower()
         for p in json.loads(
