@@ -4,8 +4,9 @@
 # backend's models are UNAVAILABLE ("the tensorrt package is not installed ...") and onnxruntime's
 # TensorrtExecutionProvider, listed but unable to load libnvinfer, is left out with a logged note: ONNX models
 # run on CUDAExecutionProvider (or on CPU, with a logged note, where no GPU is visible). TensorRT's pypi.org packages are sdists that fetch the real wheels from
-# pypi.nvidia.com when pip builds them: a host that reaches that index (or has NVIDIA's tensorrt wheels in a
-# directory named by PIP_FIND_LINKS) runs `make images GPU=1 TENSORRT=1` and gets the gpu-trt-<key> tag.
+# pypi.nvidia.com when pip builds them: a host that reaches that index runs
+# `make images GPU=1 TENSORRT=1 PIP_EXTRA_INDEX_URL=https://pypi.nvidia.com` (or, offline, names a directory of
+# NVIDIA's tensorrt 10 wheels in PIP_FIND_LINKS) and gets the gpu-trt-<key> tag.
 # No CUDA base image: the wheels bring the CUDA libraries they need (nvidia-*, tensorrt-*-libs); the node's
 # driver provides libcuda (NVIDIA container toolkit; which GPUs a pod sees is the device plugin's
 # NVIDIA_VISIBLE_DEVICES, never a default of this image).

@@ -22,8 +22,9 @@
 #   nvidia-ml-py and cuda-python, all from pypi.org; tagged gpu-<key>. TENSORRT=1 adds the `tensorrt` extra
 #   (the TensorRT backend, ensemble-build-plan, onnxruntime's TensorRT provider): tagged gpu-trt-<key>, its
 #   tarball runtime-gpu-trt-<key>.tar. TensorRT's packages on pypi.org are sdists that fetch the real wheels
-#   from pypi.nvidia.com when pip builds them, so the host must reach that index (or PIP_FIND_LINKS must name a
-#   directory holding NVIDIA's tensorrt wheels). The choice is part of the wheels' and the image's keys.
+#   from pypi.nvidia.com when pip builds them, so the host must reach that index (PIP_EXTRA_INDEX_URL=
+#   https://pypi.nvidia.com lets pip take the wheels from it directly), or PIP_FIND_LINKS must name a directory
+#   holding NVIDIA's tensorrt wheels. The choice is part of the wheels' and the image's keys.
 # Needs root (debootstrap, dockerd). Missing Debian packages (docker.io, debootstrap) are installed.
 # Concurrent runs are safe: base, wheels and each image are built under an flock into a temporary path that is
 # renamed into place when complete.
@@ -249,8 +250,9 @@ build_wheels() { # name
         rm -rf "${tmp}"
         log "wheels: pip wheel FAILED"
         [[ "$(trt_of "${name}")" == 1 ]] && log "(TENSORRT=1: TensorRT's PyPI packages, tensorrt-cu*-libs, are sdists" \
-            "that download their wheels from pypi.nvidia.com when built: the host must reach it, or PIP_FIND_LINKS" \
-            "must name a directory of NVIDIA's tensorrt wheels; without TENSORRT=1 the GPU image has no TensorRT)"
+            "that download their wheels from pypi.nvidia.com when built: the host must reach it (and may set" \
+            "PIP_EXTRA_INDEX_URL=https://pypi.nvidia.com), or PIP_FIND_LINKS must name a directory of NVIDIA's" \
+            "tensorrt wheels; without TENSORRT=1 the GPU image has no TensorRT)"
         return 1
     fi
     rm -f "${tmp}"/ensemble_operator-*.whl # the project's own wheel is built per image
