@@ -61,11 +61,18 @@ unit: setup
 
 # The container images from docker/*.Dockerfile, saved as docker-archive tarballs in the tools cache
 # (tools/build-images.sh; keyed by their inputs, rebuilt only when those change): the CPU runtime and the operator;
-# GPU=1 adds the GPU runtime (onnxruntime-gpu, TensorRT and the CUDA wheels: several GB). Wheels are built here and
-# installed offline, FROM a Debian bookworm made with debootstrap, or FROM BASE_IMAGE=python:3.11-slim (pulled).
-# Needs root; installs Debian's docker.io and debootstrap when missing. Cold: about 5 minutes on 2 cores; warm: <1 s.
+# GPU=1 adds the GPU runtime (localhost/ensemble-runtime:gpu-<key>: onnxruntime-gpu with its CUDA 13 and cuDNN
+# wheels from pypi.org, nvidia-ml-py, cuda-python; no TensorRT. Cold on 2 cores: 1.7 GB of wheels in 30-55 s,
+# the image in 6 min, 3.0 GB). GPU=1 TENSORRT=1 adds TensorRT 10 (gpu-trt-<key>), whose pypi.org packages fetch
+# their wheels from pypi.nvidia.com: the host must reach that index (and may add
+# PIP_EXTRA_INDEX_URL=https://pypi.nvidia.com), or PIP_FIND_LINKS must name a directory of NVIDIA's tensorrt
+# wheels. `make test` builds neither (tests/integration/images/ runs one only if it is built).
+# Wheels are built here and installed offline, FROM a Debian bookworm made with debootstrap, or FROM
+# BASE_IMAGE=python:3.11-slim (pulled). Needs root; installs Debian's docker.io and debootstrap when missing.
+# Cold: about 5 minutes on 2 cores; warm: <1 s.
+TENSORRT ?= 0
 images: setup
-	PYTHON=$(BIN)/python bash tools/build-images.sh runtime-cpu operator $(if $(GPU),runtime-gpu)
+	PYTHON=$(BIN)/python TENSORRT=$(TENSORRT) bash tools/build-images.sh runtime-cpu operator $(if $(GPU),runtime-gpu)
 
 test: setup lint typecheck tools images
 	$(BIN)/pytest -q -p no:cacheprovider

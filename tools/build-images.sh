@@ -6,6 +6,7 @@
 #
 # Usage: tools/build-images.sh [runtime-cpu|operator|runtime-gpu|all]...  (default: runtime-cpu operator)
 #        tools/build-images.sh --print NAME    (the image's tarball, reference and key, as JSON; builds nothing)
+#        TENSORRT=1 tools/build-images.sh runtime-gpu   (the GPU runtime with TensorRT: see below)
 #
 # <key> hashes everything that goes into an image: the Dockerfile, the base image, the dependency wheels, the
 # project's sources and these scripts. An image whose tarball exists is not rebuilt.
@@ -20,6 +21,13 @@
 #   <tools cache>/cargo-target, so a rebuild compiles only what changed); the host's glibc must not be newer than
 #   the images' (both Debian bookworm here).
 # - Docker: Debian's docker.io, a private daemon per run (tools/dockerd.sh), stopped at exit.
+# - GPU runtime (runtime-gpu): onnxruntime-gpu with its CUDA and cuDNN wheels (its `cuda`/`cudnn` extras),
+#   nvidia-ml-py and cuda-python, all from pypi.org; tagged gpu-<key>. TENSORRT=1 adds the `tensorrt` extra
+#   (the TensorRT backend, ensemble-build-plan, onnxruntime's TensorRT provider): tagged gpu-trt-<key>, its
+#   tarball runtime-gpu-trt-<key>.tar. TensorRT's packages on pypi.org are sdists that fetch the real wheels
+#   from pypi.nvidia.com when pip builds them, so the host must reach that index (PIP_EXTRA_INDEX_URL=
+#   https://pypi.nvidia.com lets pip take the wheels from it directly), or PIP_FIND_LINKS must name a directory
+#   holding NVIDIA's tensorrt wheels. The choice is part of the wheels' and the image's keys.
 # Needs root (debootstrap, dockerd). Missing Debian packages (docker.io, debootstrap) are installed.
 # Concurrent runs are safe: base, wheels and each image are built under an flock into a temporary path that is
 # renamed into place when complete.
@@ -33,6 +41,11 @@ PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 SUITE="bookworm"
 BASE_PACKAGES="python3,python3-venv,ca-certificates"
 REGISTRY="localhost" # image references are localhost/<name>:<tag>: never pulled from Docker Hub by mistake
+case "${TENSORRT:-0}" in
+    1 | yes | true) TENSORRT=1 ;;
+    0 | no | false | "") TENSORRT=0 ;;
+    *) printf '[build-images] TENSORRT=%s: use 1 or 0\n' "${TENSORRT}" >&2; exit 2 ;;
+esac
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 sha() { sha256sum | cut -c1-64; }
@@ -47,8 +60,21 @@ dockerfile_of() {
         *) log "unknown image: $1 (runtime-cpu, runtime-gpu, operator)"; exit 2 ;;
     esac
 }
-extras_of() {
-    case "$1" in runtime-cpu) echo runtime,examples ;; runtime-gpu) echo runtime,gpu,examples ;; operator) echo operator ;; esac
+trt_of() { # name -> 1 when the image carries TensorRT
+    [[ "$1" == runtime-gpu ]] && echo "${TENSORRT}" || echo 0
+}
+extras_of() { # the extras whose wheels the build context holds
+    case "$1" in
+        runtime-cpu) echo runtime,examples ;;
+        runtime-gpu) [[ "$(trt_of "$1")" == 1 ]] && echo runtime,gpu,tensorrt,examples || echo runtime,gpu,examples ;;
+        operator) echo operator ;;
+    esac
+}
+build_args_of() { # name -> docker build --build-arg options beyond BASE_IMAGE (part of the image's key)
+    case "$1" in
+        runtime-gpu) [[ "$(trt_of "$1")" == 1 ]] && echo "EXTRAS=runtime,gpu,tensorrt" || echo "EXTRAS=runtime,gpu" ;;
+        *) echo "" ;;
+    esac
 }
 repository_of() {
     case "$1" in runtime-*) echo "${REGISTRY}/ensemble-runtime" ;; operator) echo "${REGISTRY}/ensemble-operator" ;; esac
@@ -66,7 +92,11 @@ more_of() {
     esac
 }
 tag_prefix_of() {
-    case "$1" in runtime-gpu) echo "gpu-" ;; *) echo "" ;; esac
+    case "$1" in runtime-gpu) [[ "$(trt_of "$1")" == 1 ]] && echo "gpu-trt-" || echo "gpu-" ;; *) echo "" ;; esac
+}
+tarball_of() { # name key
+    local variant=""; [[ "$(trt_of "$1")" == 1 ]] && variant="-trt"
+    echo "${CACHE}/$1${variant}-$2.tar"
 }
 
 # The Debian mirror apt uses for ${SUITE} (deb822 .sources or one-line .list files).
@@ -140,18 +170,21 @@ image_key() { # name
     {
         recipe_key
         sha <"$(dockerfile_of "$1")"
+        build_args_of "$1"
         base_identity
         wheels_identity "$1"
         source_key
     } | sha | short
 }
 
-print_image() { # name -> JSON (tarball, reference, key, built)
+print_image() { # name -> JSON (tarball, reference, key, built, tensorrt)
     local name="$1" key; key="$(image_key "${name}")"
-    local tar="${CACHE}/${name}-${key}.tar"
+    local tar; tar="$(tarball_of "${name}" "${key}")"
     local built=false; [[ -f "${tar}" ]] && built=true
-    printf '{"name": "%s", "key": "%s", "tarball": "%s", "reference": "%s:%s%s", "built": %s}\n' \
-        "${name}" "${key}" "${tar}" "$(repository_of "${name}")" "$(tag_prefix_of "${name}")" "${key}" "${built}"
+    local trt=false; [[ "$(trt_of "${name}")" == 1 ]] && trt=true
+    printf '{"name": "%s", "key": "%s", "tarball": "%s", "reference": "%s:%s%s", "built": %s, "tensorrt": %s}\n' \
+        "${name}" "${key}" "${tar}" "$(repository_of "${name}")" "$(tag_prefix_of "${name}")" "${key}" "${built}" \
+        "${trt}"
 }
 
 # --- builds ------------------------------------------------------------------------------------------------
@@ -222,8 +255,10 @@ build_wheels() { # name
     if ! "${PYTHON}" -m pip wheel --quiet --wheel-dir "${tmp}" "${requirements[@]}" >&2; then
         rm -rf "${tmp}"
         log "wheels: pip wheel FAILED"
-        [[ "${name}" == runtime-gpu ]] && log "(TensorRT's PyPI packages, tensorrt-cu*-libs, are stubs that download" \
-            "their wheels from pypi.nvidia.com at build time: the host must reach it)"
+        [[ "$(trt_of "${name}")" == 1 ]] && log "(TENSORRT=1: TensorRT's PyPI packages, tensorrt-cu*-libs, are sdists" \
+            "that download their wheels from pypi.nvidia.com when built: the host must reach it (and may set" \
+            "PIP_EXTRA_INDEX_URL=https://pypi.nvidia.com), or PIP_FIND_LINKS must name a directory of NVIDIA's" \
+            "tensorrt wheels; without TENSORRT=1 the GPU image has no TensorRT)"
         return 1
     fi
     rm -f "${tmp}"/ensemble_operator-*.whl # the project's own wheel is built per image
@@ -264,12 +299,14 @@ build_image() { # name
     local name="$1" json; json="$(print_image "${name}")"
     local key tar ref
     key="$(sed -E 's/.*"key": "([^"]+)".*/\1/' <<<"${json}")"
-    tar="${CACHE}/${name}-${key}.tar"
+    tar="$(tarball_of "${name}" "${key}")"
     ref="$(repository_of "${name}"):$(tag_prefix_of "${name}")${key}"
     if [[ -f "${tar}" ]]; then
         log "${name}: cached at ${tar}"
         return 0
     fi
+    local build_args=() arg
+    for arg in $(build_args_of "${name}"); do build_args+=(--build-arg "${arg}"); done
     local start=${SECONDS}
     local ctx; ctx="$(mktemp -d "${CACHE}/.tmp-${name}.XXXXXX")"
     mkdir -p "${ctx}/wheels"
@@ -278,7 +315,8 @@ build_image() { # name
     log "${name}: building ${ref} FROM $(base_ref)"
     if ! "${PYTHON}" -m pip wheel --quiet --no-deps --wheel-dir "${ctx}/wheels" "${REPO}" >&2 \
         || ! load_base \
-        || ! dk build --network none --build-arg "BASE_IMAGE=$(base_ref)" --tag "${ref}" "${ctx}" >"${ctx}/build.log" 2>&1 \
+        || ! dk build --network none --build-arg "BASE_IMAGE=$(base_ref)" ${build_args[@]+"${build_args[@]}"} \
+            --tag "${ref}" "${ctx}" >"${ctx}/build.log" 2>&1 \
         || ! dk save --output "${ctx}/image.tar" "${ref}"; then
         [[ -f "${ctx}/build.log" ]] && tail -30 "${ctx}/build.log" >&2
         rm -rf "${ctx}"

@@ -30,7 +30,7 @@ def cuda() -> CudaRuntime:
 @pytest.fixture(scope="session")
 def trt(cuda: CudaRuntime) -> Any:
     if importlib.util.find_spec("tensorrt") is None:
-        pytest.skip("tensorrt is not installed (gpu extra)")
+        pytest.skip("tensorrt is not installed (tensorrt extra)")
     return importlib.import_module("tensorrt")
 
 

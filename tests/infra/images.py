@@ -70,13 +70,15 @@ class ImageLocator:
     build_timeout_s: float = 3600
     # The Python the wheels are built with: part of the key (its version and platform).
     python: str = field(default_factory=lambda: sys.executable)
+    # More environment for the script, over os.environ: e.g. {"TENSORRT": "1"} for the GPU image with TensorRT.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> ImageLocator:
         return cls(build_on_demand=os.environ.get(BUILD_ON_DEMAND_ENV, "") in {"1", "true", "yes"})
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHON": self.python}
+        return {**os.environ, "PYTHON": self.python, **self.env}
 
     def describe(self, name: Image) -> ImageArtifact:
         """What `name` is (or would be) for the current sources, whether or not it is built."""

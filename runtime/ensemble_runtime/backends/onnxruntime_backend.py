@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import logging
 import os
@@ -18,7 +19,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import LoadContext, ModelInitError, ModelInstance
 from ensemble_runtime.backends.handoff import deliver
-from ensemble_runtime.backends.ort_gpu import ProviderOptions, bindable, gpu_provider_list, io_binding_run
+from ensemble_runtime.backends.ort_gpu import (
+    TRT_PROVIDER,
+    TRT_PROVIDER_LIBRARY,
+    ProviderOptions,
+    bindable,
+    gpu_provider_list,
+    io_binding_run,
+    wants_tensorrt,
+)
 from ensemble_runtime.config import onnx_autocomplete, paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import InferenceError, internal, invalid, quote_name
@@ -196,8 +205,10 @@ class OnnxRuntimeBackend:
             if device is None:
                 providers: list[ProviderSpec] = ["CPUExecutionProvider"]
             else:
+                available = ort.get_available_providers()
                 providers, note = gpu_provider_list(
-                    config, ort.get_available_providers(), device, context.cache_dir, context.version
+                    config, available, device, context.cache_dir, context.version,
+                    unloadable=_unloadable_providers(config, available),
                 )
                 if note:
                     log.warning("%s", note)
@@ -225,6 +236,31 @@ class OnnxRuntimeBackend:
             raise ModelInitError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
         _check_io(config, session)
         return session
+
+
+@functools.cache
+def tensorrt_provider_error() -> str | None:
+    """Why onnxruntime's TensorRT provider cannot load here (TensorRT's libnvinfer absent), or None when it can.
+
+    onnxruntime-gpu lists TensorrtExecutionProvider whether or not TensorRT is installed (the GPU image without
+    TensorRT); a session asked for it then prints an "EP Error" and retries on CUDA and CPU without the provider
+    options, on GPU 0 whatever the placement chose. Loading the provider library as onnxruntime would tells first.
+    """
+    library = Path(ort.__file__).parent / "capi" / TRT_PROVIDER_LIBRARY
+    if not library.is_file():
+        return f"{library.name} is not part of this onnxruntime build"
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def _unloadable_providers(config: mc.ModelConfig, available: Sequence[str]) -> dict[str, str]:
+    """Providers the config would use that this onnxruntime lists but cannot load, with why (gpu_provider_list)."""
+    if wants_tensorrt(config) and TRT_PROVIDER in available and (why := tensorrt_provider_error()) is not None:
+        return {TRT_PROVIDER: why}
+    return {}
 
 
 def _detected_gpus() -> InventorySource:

@@ -22,6 +22,11 @@ from ensemble_runtime.inference import Tensor
 
 ProviderOptions = dict[str, Any]
 
+TRT_PROVIDER = "TensorrtExecutionProvider"
+# onnxruntime's TensorRT provider, in onnxruntime/capi/: onnxruntime-gpu ships it (and lists TRT_PROVIDER) whether or
+# not TensorRT is installed; it loads only where TensorRT's libnvinfer does.
+TRT_PROVIDER_LIBRARY = "libonnxruntime_providers_tensorrt.so"
+
 
 def trt_cache_dir(cache_dir: Path, model: str, version: int) -> Path:
     """Where ORT's TensorRT EP keeps built engines for one model version: rebuilt only when the model changes."""
@@ -78,27 +83,44 @@ def tensorrt_options(config: mc.ModelConfig, device_id: int, cache_dir: Path | N
     return options
 
 
+def wants_tensorrt(config: mc.ModelConfig) -> bool:
+    """Whether the config asks for the `tensorrt` GPU execution accelerator."""
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    return any(a.name.lower() == "tensorrt" for a in accelerators)
+
+
 def gpu_provider_list(config: mc.ModelConfig, available: Sequence[str], device_id: int, cache_dir: Path | None,
-                      version: int) -> tuple[list[str | tuple[str, ProviderOptions]], str]:
-    """Providers for a GPU instance on `device_id`, best first, and a log note naming what is missing."""
+                      version: int, *, unloadable: Mapping[str, str] | None = None,
+                      ) -> tuple[list[str | tuple[str, ProviderOptions]], str]:
+    """Providers for a GPU instance on `device_id`, best first, and a log note naming what is missing.
+
+    `unloadable` maps providers the build lists but cannot load here to why (TRT_PROVIDER without TensorRT): they
+    are left out, so onnxruntime never falls back on its own (its retry drops every provider option, the device
+    among them).
+    """
     chosen: list[str | tuple[str, ProviderOptions]] = []
     missing: list[str] = []
-    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
-    if any(a.name.lower() == "tensorrt" for a in accelerators):
-        if "TensorrtExecutionProvider" in available:
-            chosen.append(("TensorrtExecutionProvider", tensorrt_options(config, device_id, cache_dir, version)))
+    problems: list[str] = []
+    if wants_tensorrt(config):
+        reason = (unloadable or {}).get(TRT_PROVIDER)
+        if TRT_PROVIDER in available and reason is None:
+            chosen.append((TRT_PROVIDER, tensorrt_options(config, device_id, cache_dir, version)))
+        elif TRT_PROVIDER in available:
+            problems.append(f"{TRT_PROVIDER} cannot load TensorRT ({reason}; install the tensorrt extra)")
         else:
-            missing.append("TensorrtExecutionProvider")
+            missing.append(TRT_PROVIDER)
     if "CUDAExecutionProvider" in available:
         chosen.append(("CUDAExecutionProvider", cuda_options(device_id)))
     else:
         missing.append("CUDAExecutionProvider")
     chosen.append("CPUExecutionProvider")
-    note = ""
     if missing:
+        problems.insert(0, f"{', '.join(missing)} is not available in this onnxruntime build (install the gpu extra: "
+                           f"onnxruntime-gpu)")
+    note = ""
+    if problems:
         names = ", ".join(p if isinstance(p, str) else p[0] for p in chosen)
-        note = (f"model '{config.name}' asked for GPU {device_id} but {', '.join(missing)} is not available in this "
-                f"onnxruntime build (install the gpu extra: onnxruntime-gpu); falling back to {names}")
+        note = f"model '{config.name}' asked for GPU {device_id} but {'; '.join(problems)}; falling back to {names}"
     return chosen, note
 
 

@@ -38,7 +38,10 @@ from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, ru
 
 log = logging.getLogger(__name__)
 
-TRT_MISSING = "the tensorrt package is not installed in this runtime image; install the gpu extra"
+TRT_MISSING = (
+    "the tensorrt package is not installed in this runtime image; install the tensorrt extra "
+    "(the GPU image: make images GPU=1 TENSORRT=1)"
+)
 
 
 def import_tensorrt() -> Any:

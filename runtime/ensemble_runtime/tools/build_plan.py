@@ -203,8 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         trt = importlib.import_module("tensorrt")
     except ImportError:
-        print("ensemble-build-plan: the tensorrt package is not installed; install the gpu extra "
-              "(pip install 'ensemble-operator[gpu]') on a machine with an NVIDIA GPU", file=sys.stderr)
+        print("ensemble-build-plan: the tensorrt package is not installed; install the tensorrt extra "
+              "(pip install 'ensemble-operator[gpu,tensorrt]', which needs pypi.nvidia.com) on a machine with an "
+              "NVIDIA GPU", file=sys.stderr)
         return 3
     try:
         plan = build(options, trt)

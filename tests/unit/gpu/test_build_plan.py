@@ -110,5 +110,5 @@ def test_main_exit_codes_and_messages(tmp_path: Path, capsys: pytest.CaptureFixt
     path = _add_sub(tmp_path)
     assert main([str(path), "--shapes", "INPUT0:1x16,INPUT1:1x16"]) == 3
     err = capsys.readouterr().err
-    assert "the tensorrt package is not installed; install the gpu extra" in err
+    assert "the tensorrt package is not installed; install the tensorrt extra" in err
     assert not (tmp_path / "model.plan").exists()

@@ -10,14 +10,16 @@ import onnxruntime as ort
 import pytest
 from ensemble_examples import onnx_models
 from ensemble_runtime.backends.base import LoadContext
-from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
+from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend, tensorrt_provider_error
 from ensemble_runtime.backends.ort_gpu import (
+    TRT_PROVIDER_LIBRARY,
     bindable,
     cuda_options,
     gpu_provider_list,
     io_binding_run,
     tensorrt_options,
     trt_cache_dir,
+    wants_tensorrt,
 )
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.gpu.devices import GpuInventory
@@ -113,6 +115,31 @@ def test_gpu_provider_list_and_its_fallback_note(tmp_path: Path) -> None:
     assert note == ("model 'm' asked for GPU 1 but TensorrtExecutionProvider, CUDAExecutionProvider is not available "
                     "in this onnxruntime build (install the gpu extra: onnxruntime-gpu); falling back to "
                     "CPUExecutionProvider")
+
+
+def test_a_listed_but_unloadable_tensorrt_provider_is_left_out_with_a_note(tmp_path: Path) -> None:
+    """onnxruntime-gpu without TensorRT lists TensorrtExecutionProvider: left to onnxruntime, its own retry would
+    drop the CUDA options (the device among them); here it is left out and CUDA keeps device 1."""
+    with_trt = config(TRT_ACCELERATOR % "")
+    assert wants_tensorrt(with_trt) and not wants_tensorrt(config(""))
+    why = "libnvinfer.so.10: cannot open shared object file: No such file or directory"
+    providers, note = gpu_provider_list(with_trt, ALL, 1, tmp_path, 1, unloadable={"TensorrtExecutionProvider": why})
+    assert providers == [("CUDAExecutionProvider", cuda_options(1)), "CPUExecutionProvider"]
+    assert note == (f"model 'm' asked for GPU 1 but TensorrtExecutionProvider cannot load TensorRT ({why}; install the "
+                    "tensorrt extra); falling back to CUDAExecutionProvider, CPUExecutionProvider")
+    providers, note = gpu_provider_list(config(""), ALL, 1, tmp_path, 1, unloadable={"TensorrtExecutionProvider": why})
+    assert providers == [("CUDAExecutionProvider", cuda_options(1)), "CPUExecutionProvider"] and note == ""
+
+
+def test_tensorrt_provider_error_names_what_is_missing() -> None:
+    """The CPU onnxruntime of the dev venv has no TensorRT provider library; onnxruntime-gpu without TensorRT has
+    one that cannot load libnvinfer (the GPU image: tests/integration/images/test_gpu_runtime_image.py)."""
+    library = Path(ort.__file__).parent / "capi" / TRT_PROVIDER_LIBRARY
+    error = tensorrt_provider_error()
+    if not library.is_file():
+        assert error == f"{TRT_PROVIDER_LIBRARY} is not part of this onnxruntime build"
+    elif error is not None:
+        assert "libnvinfer" in error or "cannot open shared object file" in error
 
 
 def test_io_binding_run_matches_session_run() -> None:
