@@ -8,7 +8,6 @@ ENSEMBLE_BUILD_TOOLS=1 builds it (skipped otherwise, naming the command).
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import tempfile
@@ -18,17 +17,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-from ensemble_examples.client import run_checks
 from ensemble_examples.repository import build_repository
 
 from tests.infra.images import DockerDaemon, ImageArtifact, ImageLocator
 from tests.support.ports import free_port
 
-from .support import POD_LIKE, host_pid, process_ids, wait_running
-from .test_runtime_image import runtime_args
-
-VENV = "/opt/ensemble"
+from .serving import (
+    VENV,
+    assert_examples_answer_over_grpc,
+    assert_http_add_sub,
+    assert_uid_1000_on_a_read_only_root,
+    runtime_args,
+)
+from .serving import serving as image_serving
+from .support import POD_LIKE, wait_running
 
 
 @pytest.fixture(scope="module")
@@ -58,49 +60,20 @@ def gpu_image(gpu_artifact: ImageArtifact, request: pytest.FixtureRequest) -> st
 @pytest.fixture(scope="module")
 def gpu_serving(docker_daemon: DockerDaemon, gpu_image: str) -> Iterator[tuple[str, int, int]]:
     """A GPU-image container serving every example model (no GPU: on CPU): (container, http port, grpc port)."""
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    container = docker_daemon.run_detached(gpu_image, runtime_args(http, grpc, metrics), options=POD_LIKE)
-    try:
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
-        wait_running(
-            docker_daemon, container, lambda: client.is_server_ready() or None, timeout=300, what="the runtime ready"
-        )
-        client.close()
-        yield container, http, grpc
-    finally:
-        docker_daemon.docker("rm", "--force", container, check=False)
+    with image_serving(docker_daemon, gpu_image, timeout=300) as running:
+        yield running
 
 
 def test_serves_every_example_model_over_grpc_on_cpu(gpu_serving: tuple[str, int, int]) -> None:
-    _, _, grpc = gpu_serving
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
-    out = io.StringIO()
-    try:
-        failures = run_checks(client, out)
-    finally:
-        client.close()
-    assert failures == 0, out.getvalue()
+    assert_examples_answer_over_grpc(gpu_serving[2])
 
 
 def test_answers_an_http_inference(gpu_serving: tuple[str, int, int]) -> None:
-    _, http, _ = gpu_serving
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
-    a = np.arange(16, dtype=np.float32).reshape(1, 16)
-    b = np.full((1, 16), 3, dtype=np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"), httpclient.InferInput("INPUT1", [1, 16], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer("add_sub", inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert_http_add_sub(gpu_serving[1])
 
 
 def test_runs_as_uid_1000_on_a_read_only_root(docker_daemon: DockerDaemon, gpu_serving: tuple[str, int, int]) -> None:
-    container, _, _ = gpu_serving
-    uids, gids = process_ids(host_pid(docker_daemon, container))
-    assert uids == [1000] * 4 and gids == [1000] * 4
-    write = docker_daemon.docker("exec", container, "sh", "-c", f"touch {VENV}/x", check=False)
-    assert write.returncode != 0 and "Read-only file system" in write.stderr
+    assert_uid_1000_on_a_read_only_root(docker_daemon, gpu_serving[0])
 
 
 def test_carries_onnxruntime_gpu_and_its_cuda_libraries(
