@@ -1,0 +1,62 @@
+"""Medians over a point's runs, ratios of each configuration of ours to Triton, and the printed table.
+
+A run is a dict: `ok`, `throughput_rps`, `p50_us`, `p99_us` (perf_analyzer's CSV), `server_requests` and
+`server_cpu_s` (the server's success count and its process tree's CPU seconds, both taken just before and just
+after perf_analyzer ran) and `cpu_ms_per_1000` = server CPU milliseconds per 1,000 requests (numerically the
+server CPU microseconds per request).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FIGURES = ("throughput_rps", "p50_us", "p99_us", "cpu_ms_per_1000")
+RATIOS = {"throughput": "throughput_rps", "p50": "p50_us", "cpu_per_1000": "cpu_ms_per_1000"}
+
+
+def median(values: Sequence[float]) -> float:
+    return round(statistics.median(values), 1) if values else math.nan
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Medians of the figures over the runs that completed, with the counts and the failures' last lines."""
+    good = [r for r in runs if r["ok"]]
+    summary: dict[str, Any] = {figure: median([r[figure] for r in good]) for figure in FIGURES}
+    summary.update(runs_ok=len(good), runs=len(runs), errors=[r["error"] for r in runs if not r["ok"]])
+    return summary
+
+
+def ratios(point: Mapping[str, Mapping[str, Any]], names: Sequence[str], reference: str) -> dict[str, Any]:
+    """name -> figure -> name's median / reference's median (None where either has no completed run)."""
+    base = point[reference]
+    out: dict[str, Any] = {}
+    for name in names:
+        row = point[name]
+        both = row["runs_ok"] > 0 and base["runs_ok"] > 0
+        out[name] = {key: round(row[fig] / base[fig], 2) if both and base[fig] else None for key, fig in RATIOS.items()}
+    return out
+
+
+def point_lines(label: str, point: Mapping[str, Any], servers: Sequence[str]) -> list[str]:
+    lines = []
+    for name in servers:
+        row = point[name]
+        ratio = point.get("ratio", {}).get(name)
+        versus = "" if ratio is None else (
+            f" | /triton thr {ratio['throughput']} p50 {ratio['p50']} cpu {ratio['cpu_per_1000']}")
+        lines.append(f"{label:<22} {name:<10} {row['throughput_rps']:>9} infer/s p50 {row['p50_us']:>8} us "
+                     f"cpu {row['cpu_ms_per_1000']:>7} ms/1000 ({row['runs_ok']}/{row['runs']} ok){versus}")
+    return lines
+
+
+def onnx_lines(protocol: str, point: Mapping[str, Any], ours: Sequence[str]) -> list[str]:
+    direct = point["onnxruntime"]
+    lines = [f"{'add_sub ' + protocol + ' c=1':<22} {'ort.run':<10} p50 {direct['p50_us']:>8} us (in-process)"]
+    for name in ours:
+        row = point[name]
+        lines.append(f"{'add_sub ' + protocol + ' c=1':<22} {name:<10} p50 {row['p50_us']:>8} us "
+                     f"overhead {point['overhead_us'][name]:>8} us cpu {row['cpu_ms_per_1000']:>7} ms/1000")
+    return lines
