@@ -46,7 +46,8 @@ from bench.common import write_json
 from bench.models import ONNX_MODEL, build_chain_repository, build_onnx_repository
 from bench.pa import report
 from bench.pa.cpu import tree_cpu_seconds
-from bench.pa.servers import TRITON, Pinning, choose_pinning, ours_configs, server_url
+from bench.pa.report import TRITON
+from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
 from tests.support.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -278,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=2))
+    print("\n".join(report.markdown(payload)))
     print(f"wrote {args.json or write_json('perf_analyzer', payload)}")
     return 0
 

@@ -8,10 +8,17 @@ server CPU microseconds per request).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from bench.common import RESULTS
+
+TRITON = "triton"  # the peer's name among the servers
 
 FIGURES = ("throughput_rps", "p50_us", "p99_us", "cpu_ms_per_1000")
 RATIOS = {"throughput": "throughput_rps", "p50": "p50_us", "cpu_per_1000": "cpu_ms_per_1000"}
@@ -60,3 +67,43 @@ def onnx_lines(protocol: str, point: Mapping[str, Any], ours: Sequence[str]) -> 
         lines.append(f"{'add_sub ' + protocol + ' c=1':<22} {name:<10} p50 {row['p50_us']:>8} us "
                      f"overhead {point['overhead_us'][name]:>8} us cpu {row['cpu_ms_per_1000']:>7} ms/1000")
     return lines
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:g}"
+
+
+def markdown(payload: Mapping[str, Any]) -> list[str]:
+    """The whole run as a Markdown table (what bench/README.md quotes), from the JSON the benchmark wrote."""
+    ours = list(payload["ours"])
+    lines = ["| workload | protocol | c | server | infer/s | p50 us | CPU ms / 1,000 req | "
+             "thr / Triton | p50 / Triton | CPU / Triton |", "|" + "---|" * 10]
+    for model, protocols in payload["results"].items():
+        for protocol, levels in protocols.items():
+            for concurrency, point in levels.items():
+                for name in [*ours, *([TRITON] if TRITON in point else [])]:
+                    row, ratio = point[name], point.get("ratio", {}).get(name, {})
+                    lines.append(
+                        f"| `{model}` | {protocol} | {concurrency} | {name} | {_cell(row['throughput_rps'])} | "
+                        f"{_cell(row['p50_us'])} | {_cell(row['cpu_ms_per_1000'])} | {_cell(ratio.get('throughput'))} | "
+                        f"{_cell(ratio.get('p50'))} | {_cell(ratio.get('cpu_per_1000'))} |")
+    if payload.get("onnx"):
+        lines += ["", "| ONNX `add_sub`, c=1 | server | p50 us | ort.run p50 us | overhead us | CPU ms / 1,000 req |",
+                  "|" + "---|" * 6]
+        for protocol, point in payload["onnx"].items():
+            for name in ours:
+                lines.append(f"| {protocol} | {name} | {_cell(point[name]['p50_us'])} | "
+                             f"{_cell(point['onnxruntime']['p50_us'])} | {_cell(point['overhead_us'][name])} | "
+                             f"{_cell(point[name]['cpu_ms_per_1000'])} |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m bench.pa.report [JSON]`: the Markdown table of a run (default bench/results/perf_analyzer.json)."""
+    paths = list(sys.argv[1:] if argv is None else argv) or [str(RESULTS / "perf_analyzer.json")]
+    print("\n".join(markdown(json.loads(Path(paths[0]).read_text()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,11 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.pa.report import TRITON
 from bench.triton_peer import TritonInstall, TritonPeer
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.server_process import ServerProcess
-
-TRITON = "triton"
 
 
 @dataclass(frozen=True)
