@@ -127,13 +127,13 @@ class Bench:
     """The servers (name -> process, all running), perf_analyzer, and how each run is made."""
 
     def __init__(self, binary: Path, servers: Mapping[str, ServerProcess], pinning: Pinning, interval_ms: int,
-                 repeats: int) -> None:
+                 repeats: int, stability: int) -> None:
         self.binary, self.servers, self.pinning = binary, servers, pinning
-        self.interval_ms, self.repeats = interval_ms, repeats
+        self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
 
     def args(self, protocol: str, concurrency: int) -> list[str]:
         return ["-i", protocol, "--concurrency-range", str(concurrency), "--measurement-interval",
-                str(self.interval_ms), "-s", "25", "--max-trials", "10"]
+                str(self.interval_ms), "-s", str(self.stability), "--max-trials", "10"]
 
     def success_count(self, name: str, model: str) -> int:
         with self.servers[name].grpc_client() as client:
@@ -151,7 +151,7 @@ class Bench:
             "ok": ok, "server_requests": requests, "server_cpu_s": round(cpu, 3),
             "throughput_rps": measured.throughput if ok else None, "p50_us": measured.p50_us if ok else None,
             "p99_us": measured.p99_us if ok else None,
-            "cpu_ms_per_1000": round(cpu * 1e6 / requests, 1) if ok else None,
+            "cpu_ms_per_1000": round(cpu * 1e6 / requests, 1) if requests > 0 else None,
             "error": "" if ok else " ".join(measured.output.strip().splitlines()[-1:]),
         }
 
@@ -202,6 +202,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer measurement window (2000; 1000 with --quick)")
     parser.add_argument("--repeats", type=int, help="alternating runs per point and server (3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="1 s windows, one run per point (a smoke run)")
+    parser.add_argument("--stability", type=int, default=25,
+                        help="perf_analyzer's -s: how far its last 3 windows may differ, in percent (25)")
     parser.add_argument("--model", action="append", choices=MODELS, help="python workloads (default: both)")
     parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="default: grpc and http")
     parser.add_argument("--concurrency", action="append", type=int, help="default: 1 and 16")
@@ -249,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name != TRITON else [])]:
                 server.wait_model_ready(model, 120)
-        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats)
+        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability)
         for model in models:
             for protocol in protocols:
                 for concurrency in levels:
@@ -272,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "triton": {"pytriton": install.pytriton_version} if install else None,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
-        "interval_ms": args.interval_ms, "repeats": args.repeats, "protocols": protocols,
+        "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,
         "load_average": {"before": load_before, "after": load_after},
         "results": results, "onnx": onnx,
     }

@@ -3,7 +3,8 @@
 A run is a dict: `ok`, `throughput_rps`, `p50_us`, `p99_us` (perf_analyzer's CSV), `server_requests` and
 `server_cpu_s` (the server's success count and its process tree's CPU seconds, both taken just before and just
 after perf_analyzer ran) and `cpu_ms_per_1000` = server CPU milliseconds per 1,000 requests (numerically the
-server CPU microseconds per request).
+server CPU microseconds per request). That one is kept for every run in which the server completed requests,
+also when perf_analyzer gave up on it (`Failed to obtain stable measurement`): the server's work was real.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bench.common import RESULTS
 
 TRITON = "triton"  # the peer's name among the servers
 
-FIGURES = ("throughput_rps", "p50_us", "p99_us", "cpu_ms_per_1000")
+CLIENT_FIGURES = ("throughput_rps", "p50_us", "p99_us")
 RATIOS = {"throughput": "throughput_rps", "p50": "p50_us", "cpu_per_1000": "cpu_ms_per_1000"}
 
 
@@ -29,11 +30,18 @@ def median(values: Sequence[float]) -> float:
 
 
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Medians of the figures over the runs that completed, with the counts and the failures' last lines."""
+    """Medians of perf_analyzer's figures over the runs that completed and of the server CPU over the runs in
+    which the server completed requests, with the counts and the failures' last lines."""
     good = [r for r in runs if r["ok"]]
-    summary: dict[str, Any] = {figure: median([r[figure] for r in good]) for figure in FIGURES}
-    summary.update(runs_ok=len(good), runs=len(runs), errors=[r["error"] for r in runs if not r["ok"]])
+    cpu = [r["cpu_ms_per_1000"] for r in runs if r["cpu_ms_per_1000"] is not None]
+    summary: dict[str, Any] = {figure: median([r[figure] for r in good]) for figure in CLIENT_FIGURES}
+    summary.update(cpu_ms_per_1000=median(cpu), runs_ok=len(good), cpu_runs=len(cpu), runs=len(runs),
+                   errors=[r["error"] for r in runs if not r["ok"]])
     return summary
+
+
+def _ratio(value: float, base: float) -> float | None:
+    return round(value / base, 2) if base and math.isfinite(value) and math.isfinite(base) else None
 
 
 def ratios(point: Mapping[str, Mapping[str, Any]], names: Sequence[str], reference: str) -> dict[str, Any]:
@@ -42,8 +50,7 @@ def ratios(point: Mapping[str, Mapping[str, Any]], names: Sequence[str], referen
     out: dict[str, Any] = {}
     for name in names:
         row = point[name]
-        both = row["runs_ok"] > 0 and base["runs_ok"] > 0
-        out[name] = {key: round(row[fig] / base[fig], 2) if both and base[fig] else None for key, fig in RATIOS.items()}
+        out[name] = {key: _ratio(row[fig], base[fig]) for key, fig in RATIOS.items()}
     return out
 
 
@@ -65,7 +72,8 @@ def onnx_lines(protocol: str, point: Mapping[str, Any], ours: Sequence[str]) -> 
     for name in ours:
         row = point[name]
         lines.append(f"{'add_sub ' + protocol + ' c=1':<22} {name:<10} p50 {row['p50_us']:>8} us "
-                     f"overhead {point['overhead_us'][name]:>8} us cpu {row['cpu_ms_per_1000']:>7} ms/1000")
+                     f"overhead {point['overhead_us'][name]:>8} us cpu {row['cpu_ms_per_1000']:>7} ms/1000 "
+                     f"({row['runs_ok']}/{row['runs']} ok)")
     return lines
 
 

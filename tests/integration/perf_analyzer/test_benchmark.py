@@ -1,6 +1,7 @@
 """bench/perf_analyzer.py end to end at its smallest (one model, one concurrency, 0.5 s windows, two
-configurations of ours, without the Triton peer): the JSON has gRPC and HTTP, server CPU per 1,000 requests and
-the ONNX overhead point for each configuration. A check that the benchmark runs, not of its figures (~30 s)."""
+configurations of ours, without the Triton peer, `-s 1000` so load noise cannot fail it): the JSON has gRPC and
+HTTP, server CPU per 1,000 requests and the ONNX overhead point for each configuration. A check that the
+benchmark runs, not of its figures (~30 s)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_pinning_defaults_to_two_cpus() -> None:
 @pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 def test_quick_run_reports_http_cpu_and_onnx(tmp_path: Path) -> None:
     out = tmp_path / "perf_analyzer.json"
-    assert main(["--quick", "--interval-ms", "500", "--no-triton", "--model", "add_one_0", "--concurrency", "2",
+    assert main(["--quick", "--interval-ms", "500", "--stability", "1000", "--no-triton", "--model", "add_one_0", "--concurrency", "2",
                  "--ours", "a=", "--ours", "b=--allow-metrics=false", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ours"] == {"a": [], "b": ["--allow-metrics=false"]}
@@ -51,6 +52,7 @@ def test_quick_run_reports_http_cpu_and_onnx(tmp_path: Path) -> None:
         for name in ("a", "b"):
             assert point[name]["runs_ok"] == 1, point[name]["errors"]
             assert point[name]["throughput_rps"] > 0 and point[name]["cpu_ms_per_1000"] > 0
+            assert point[name]["cpu_runs"] == 1
             assert point[name]["samples"][0]["server_requests"] > 0
             assert onnx[name]["runs_ok"] == 1, onnx[name]["errors"]
             assert onnx["overhead_us"][name] == pytest.approx(onnx[name]["p50_us"] - onnx["onnxruntime"]["p50_us"],
