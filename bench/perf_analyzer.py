@@ -1,14 +1,22 @@
-"""NVIDIA's perf_analyzer against our runtime and the real Triton, side by side, on the same repository.
+"""NVIDIA's perf_analyzer against our runtime (one or more configurations) and the real Triton, side by side.
 
-`add_one_0` (a `simple`-like python model: FP32 [16] in, +1 out) and `chain2` (a 2-step python ensemble of
-them) from bench/models, over gRPC, at concurrency 1 and 16, perf_analyzer without `-x` (so it reads both
-servers' statistics, the composing models' too). The two servers run side by side and are measured in
-alternation, `--repeats` pairs per point; the medians and the ratios ours/Triton (throughput: higher is better
-for ours above 1; p50: lower is better for ours below 1) are printed and written to
+Workloads from bench/models: `add_one_0` (a `simple`-like python model: FP32 [16] in, +1 out) and `chain2` (a
+2-step python ensemble of it), over gRPC and HTTP, at concurrency 1 and 16, perf_analyzer in its default sync
+mode without `-x` (so it reads the servers' statistics, the composing models' too); and `add_sub`, a small ONNX
+model, on ours only (the peer has no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's
+`InferenceSession.run` called directly in a process pinned like the server: the p50 difference is our overhead.
+
+All servers run for the whole benchmark on the same repository and are measured in alternation, `--repeats`
+runs per point. With `--pin` (the default with 2 or more CPUs) every server runs on the first CPU and
+perf_analyzer on the second (`taskset`; Triton's python stubs inherit it). Around each run the server's process
+tree's CPU time (utime + stime from /proc) and its own success count for the model are read: CPU ms per 1,000
+requests is their ratio (perf_analyzer's request count covers only its last windows, not its warm-up and
+unstable trials, so it is not used as the divisor). Medians and ratios ours/Triton are printed and written to
 bench/results/perf_analyzer.json. perf_analyzer comes from tools/setup-perf-analyzer.sh (PERF_ANALYZER
 overrides the path), the peer from tools/setup-triton.sh.
 
-    python bench/perf_analyzer.py [--interval-ms 2000] [--repeats 3] [--quick]
+    python bench/perf_analyzer.py [--repeats 3] [--interval-ms 2000] [--quick]
+    python bench/perf_analyzer.py --ours grpcio= --ours native=--grpc-frontend=native   # two of ours + Triton
 """
 
 from __future__ import annotations
@@ -16,15 +24,18 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +43,21 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import write_json
-from bench.models import build_chain_repository
+from bench.models import ONNX_MODEL, build_chain_repository, build_onnx_repository
+from bench.pa import report
+from bench.pa.cpu import tree_cpu_seconds
+from bench.pa.report import TRITON
+from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
+from tests.support.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_SCRIPT = REPO_ROOT / "tools" / "setup-perf-analyzer.sh"
 MODELS = ("add_one_0", "chain2")
+PROTOCOLS = ("grpc", "http")
 CONCURRENCY = (1, 16)
+ONNX_CONCURRENCY = 1
+
+Run = dict[str, Any]
 
 
 class PerfAnalyzerNotInstalled(RuntimeError):
@@ -82,88 +102,187 @@ class Measurement:
     def p50_us(self) -> float:
         return float(self.row["p50 latency"])
 
+    @property
+    def p99_us(self) -> float:
+        return float(self.row["p99 latency"])
 
-def run_perf_analyzer(binary: Path, model: str, url: str, args: Sequence[str], timeout: float = 120.0) -> Measurement:
-    """Run perf_analyzer once for `model` at `url` with `args` (protocol, mode, windows, concurrency)."""
+
+def run_perf_analyzer(binary: Path, model: str, url: str, args: Sequence[str], timeout: float = 120.0,
+                      prefix: Sequence[str] = ()) -> Measurement:
+    """Run perf_analyzer once for `model` at `url` with `args` (protocol, mode, windows, concurrency), behind
+    `prefix` (e.g. `taskset -c 1`)."""
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
-        report = Path(tmp) / "report.csv"
-        command = [str(binary), "-m", model, "-u", url, *args, "-f", str(report)]
+        report_csv = Path(tmp) / "report.csv"
+        command = [*prefix, str(binary), "-m", model, "-u", url, *args, "-f", str(report_csv)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp)
             code, output = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as exc:
             code, output = -1, f"timed out after {timeout}s: {exc.stdout!r} {exc.stderr!r}"
-        rows = list(csv.DictReader(io.StringIO(report.read_text()))) if report.is_file() else []
+        rows = list(csv.DictReader(io.StringIO(report_csv.read_text()))) if report_csv.is_file() else []
     return Measurement(command, code, output, rows[0] if rows and code == 0 else {})
 
 
-def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 1) if values else float("nan")
+class Bench:
+    """The servers (name -> process, all running), perf_analyzer, and how each run is made."""
+
+    def __init__(self, binary: Path, servers: Mapping[str, ServerProcess], pinning: Pinning, interval_ms: int,
+                 repeats: int, stability: int) -> None:
+        self.binary, self.servers, self.pinning = binary, servers, pinning
+        self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
+
+    def args(self, protocol: str, concurrency: int) -> list[str]:
+        return ["-i", protocol, "--concurrency-range", str(concurrency), "--measurement-interval",
+                str(self.interval_ms), "-s", str(self.stability), "--max-trials", "10"]
+
+    def success_count(self, name: str, model: str) -> int:
+        with self.servers[name].grpc_client() as client:
+            stats = client.get_inference_statistics(model)
+        return sum(int(m.inference_stats.success.count) for m in stats.model_stats if m.name == model)
+
+    def run(self, name: str, model: str, protocol: str, concurrency: int) -> Run:
+        server = self.servers[name]
+        requests, cpu = self.success_count(name, model), tree_cpu_seconds(server.pid)
+        measured = run_perf_analyzer(self.binary, model, server_url(server, protocol),
+                                     self.args(protocol, concurrency), prefix=self.pinning.client_prefix())
+        cpu, requests = tree_cpu_seconds(server.pid) - cpu, self.success_count(name, model) - requests
+        ok = measured.returncode == 0 and requests > 0
+        return {
+            "ok": ok, "server_requests": requests, "server_cpu_s": round(cpu, 3),
+            "throughput_rps": measured.throughput if ok else None, "p50_us": measured.p50_us if ok else None,
+            "p99_us": measured.p99_us if ok else None,
+            "cpu_ms_per_1000": round(cpu * 1e6 / requests, 1) if requests > 0 else None,
+            "error": "" if ok else " ".join(measured.output.strip().splitlines()[-1:]),
+        }
+
+    def alternate(self, runners: Mapping[str, Callable[[], Run]]) -> dict[str, list[Run]]:
+        """`repeats` rounds, each calling every runner once, in turn."""
+        runs: dict[str, list[Run]] = {name: [] for name in runners}
+        for _ in range(self.repeats):
+            for name, runner in runners.items():
+                runs[name].append(runner())
+        return runs
+
+    def point(self, names: Sequence[str], model: str, protocol: str, concurrency: int) -> dict[str, Any]:
+        runs = self.alternate({n: partial(self.run, n, model, protocol, concurrency) for n in names})
+        point: dict[str, Any] = {name: {**report.summarize(r), "samples": r} for name, r in runs.items()}
+        if TRITON in names:
+            point["ratio"] = report.ratios(point, [n for n in names if n != TRITON], TRITON)
+        point["command"] = shlex.join([*self.pinning.client_prefix(), "perf_analyzer", "-m", model, "-u",
+                                       f"<server>:<{protocol} port>", *self.args(protocol, concurrency)])
+        return point
+
+    def onnx_direct(self, model_path: Path, seconds: float) -> Run:
+        """ONNX Runtime's `run` on the model, directly, in a child process pinned like the servers."""
+        command = [*self.pinning.server_prefix(), sys.executable, "-m", "bench.pa.onnx_direct", str(model_path),
+                   "--seconds", str(seconds)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
+        if done.returncode != 0:
+            return {"ok": False, "error": (done.stdout + done.stderr).strip()[-500:]}
+        return {"ok": True, "error": "", **json.loads(done.stdout.strip().splitlines()[-1])}
+
+    def onnx_point(self, ours: Sequence[str], protocol: str, model_path: Path, seconds: float) -> dict[str, Any]:
+        """Ours at concurrency 1 on the ONNX model, alternating with ONNX Runtime called directly."""
+        runners: dict[str, Callable[[], Run]] = {"onnxruntime": partial(self.onnx_direct, model_path, seconds)}
+        runners.update({n: partial(self.run, n, ONNX_MODEL, protocol, ONNX_CONCURRENCY) for n in ours})
+        runs = self.alternate(runners)
+        direct = [r for r in runs.pop("onnxruntime") if r["ok"]]
+        point: dict[str, Any] = {name: {**report.summarize(r), "samples": r} for name, r in runs.items()}
+        point["onnxruntime"] = {"p50_us": report.median([r["p50_us"] for r in direct]),
+                                "p99_us": report.median([r["p99_us"] for r in direct]), "runs_ok": len(direct)}
+        point["overhead_us"] = {n: round(point[n]["p50_us"] - point["onnxruntime"]["p50_us"], 1) for n in ours}
+        point["command"] = shlex.join([*self.pinning.client_prefix(), "perf_analyzer", "-m", ONNX_MODEL, "-u",
+                                       f"<server>:<{protocol} port>", *self.args(protocol, ONNX_CONCURRENCY)])
+        return point
 
 
-def measure(binary: Path, urls: dict[str, str], interval_ms: int, repeats: int) -> dict[str, Any]:
-    """model -> concurrency -> server -> medians (and the runs), alternating the servers run by run."""
-    results: dict[str, Any] = {}
-    for model in MODELS:
-        for concurrency in CONCURRENCY:
-            args = ["-i", "grpc", "--concurrency-range", str(concurrency), "--measurement-interval",
-                    str(interval_ms), "-s", "25", "--max-trials", "10"]
-            runs: dict[str, list[Measurement]] = {server: [] for server in urls}
-            for _ in range(repeats):
-                for server, url in urls.items():
-                    runs[server].append(run_perf_analyzer(binary, model, url, args))
-            point: dict[str, Any] = {}
-            for server, measured in runs.items():
-                good = [m for m in measured if m.returncode == 0]
-                point[server] = {
-                    "throughput_rps": _median([m.throughput for m in good]),
-                    "p50_us": _median([m.p50_us for m in good]),
-                    "runs_ok": len(good), "runs": len(measured),
-                    "errors": [m.output.strip().splitlines()[-1:] for m in measured if m.returncode != 0],
-                }
-            ours, triton = point["ours"], point["triton"]
-            both = ours["runs_ok"] > 0 and triton["runs_ok"] > 0
-            point["ratio"] = {
-                "throughput": round(ours["throughput_rps"] / triton["throughput_rps"], 2) if both else None,
-                "p50": round(ours["p50_us"] / triton["p50_us"], 2) if both else None,
-            }
-            point["command"] = shlex.join(["perf_analyzer", "-m", model, "-u", "<server>:<grpc port>", *args])
-            results.setdefault(model, {})[str(concurrency)] = point
-            print(f"{model:<10} c={concurrency:<3} ours {ours['throughput_rps']:>8} infer/s p50 {ours['p50_us']:>7} us | "
-                  f"triton {triton['throughput_rps']:>8} infer/s p50 {triton['p50_us']:>7} us | "
-                  f"ratio thr {point['ratio']['throughput']} p50 {point['ratio']['p50']}", flush=True)
-    return results
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--interval-ms", type=int, help="perf_analyzer measurement window (2000; 1000 with --quick)")
+    parser.add_argument("--repeats", type=int, help="alternating runs per point and server (3; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="1 s windows, one run per point (a smoke run)")
+    parser.add_argument("--stability", type=int, default=25,
+                        help="perf_analyzer's -s: how far its last 3 windows may differ, in percent (25)")
+    parser.add_argument("--model", action="append", choices=MODELS, help="python workloads (default: both)")
+    parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="default: grpc and http")
+    parser.add_argument("--concurrency", action="append", type=int, help="default: 1 and 16")
+    parser.add_argument("--ours", action="append", default=[], metavar="NAME=ARGS",
+                        help="a configuration of our runtime, ARGS its extra arguments (repeatable; default ours=)")
+    parser.add_argument("--ours-arg", action="append", default=[], metavar="ARG",
+                        help="an extra runtime argument for every configuration of ours (repeatable)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                        help="servers on the first CPU, perf_analyzer on the second (default: with >= 2 CPUs)")
+    parser.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True, help="the peer (on)")
+    parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
+                        help="the ONNX overhead point (on)")
+    parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
+    args = parser.parse_args(argv)
+    args.interval_ms = args.interval_ms or (1000 if args.quick else 2000)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.triton_peer import TritonPeer, require_install
-    from tests.support.runtime_process import RuntimeProcess
+    from bench.pa.servers import PinnedRuntime, PinnedTriton
+    from bench.triton_peer import require_install
 
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer measurement window (2000)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating ours/Triton runs per point (3)")
-    parser.add_argument("--quick", action="store_true", help="1 s windows, one run per point (a smoke run)")
-    args = parser.parse_args(argv)
-    interval_ms, repeats = (1000, 1) if args.quick else (args.interval_ms, args.repeats)
+    args = parse_args(argv)
     binary = find_perf_analyzer()
     if binary is None:
         raise PerfAnalyzerNotInstalled(not_installed_reason())
-    install = require_install()
-    with tempfile.TemporaryDirectory(prefix="perf-analyzer-bench-") as tmp:
-        repository = Path(tmp) / "models"
-        build_chain_repository(repository, lengths=(2,))
-        with RuntimeProcess([repository]) as ours, TritonPeer([repository], install=install) as triton:
-            ours.wait_ready(120)
-            triton.wait_ready(120)
-            shown = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
-            version = (shown.stdout + shown.stderr).strip()
-            results = measure(binary, {"ours": ours.grpc_url, "triton": triton.grpc_url}, interval_ms, repeats)
-    report = {
+    install = require_install() if args.triton else None
+    pinning = choose_pinning(args.pin)
+    configs = ours_configs(args.ours, args.ours_arg)
+    models, protocols = args.model or list(MODELS), args.protocol or list(PROTOCOLS)
+    levels = args.concurrency or list(CONCURRENCY)
+    load_before, started = os.getloadavg(), time.monotonic()
+    results: dict[str, Any] = {}
+    onnx: dict[str, Any] = {}
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="perf-analyzer-bench-")))
+        build_chain_repository(tmp / "models", lengths=(2,))
+        model_path = build_onnx_repository(tmp / "onnx") if args.onnx else None
+        ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
+        servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
+        if install is not None:
+            servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning))
+        for name, server in servers.items():
+            server.wait_ready(120)
+            for model in [*models, *([ONNX_MODEL] if args.onnx and name != TRITON else [])]:
+                server.wait_model_ready(model, 120)
+        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability)
+        for model in models:
+            for protocol in protocols:
+                for concurrency in levels:
+                    point = bench.point(list(servers), model, protocol, concurrency)
+                    results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
+                    print("\n".join(report.point_lines(f"{model} {protocol} c={concurrency}", point, list(servers))),
+                          flush=True)
+        if model_path is not None:
+            for protocol in protocols:
+                onnx[protocol] = bench.onnx_point([c.name for c in configs], protocol, model_path,
+                                                  args.interval_ms / 1000)
+                print("\n".join(report.onnx_lines(protocol, onnx[protocol], [c.name for c in configs])), flush=True)
+    shown = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
+    load_after = os.getloadavg()
+    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; {time.monotonic() - started:.0f} s")
+    payload = {
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
-        "perf_analyzer": version, "triton": {"pytriton": install.pytriton_version},
-        "interval_ms": interval_ms, "repeats": repeats, "protocol": "grpc", "results": results,
+        "perf_analyzer": (shown.stdout + shown.stderr).strip(),
+        "triton": {"pytriton": install.pytriton_version} if install else None,
+        "ours": {c.name: list(c.args) for c in configs},
+        "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
+        "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,
+        "load_average": {"before": load_before, "after": load_after},
+        "results": results, "onnx": onnx,
     }
-    print(f"wrote {write_json('perf_analyzer', report)}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=2))
+    print("\n".join(report.markdown(payload)))
+    print(f"wrote {args.json or write_json('perf_analyzer', payload)}")
     return 0
 
 

@@ -110,3 +110,27 @@ def mark_inline(root: Path) -> list[str]:
             config_path.write_text(text + INLINE, encoding="utf-8")
             marked.append(config_path.parent.name)
     return marked
+
+
+ONNX_MODEL = "add_sub"
+ONNX_INSTANCES = 2
+_ADD_SUB_TENSOR = "data_type: TYPE_FP32 dims: [ 16 ]"
+
+
+def build_onnx_repository(root: Path) -> Path:
+    """`add_sub` (Triton's quickstart ONNX model: INPUT0, INPUT1 FP32 [-1,16] -> sum, difference), max batch 8,
+    `ONNX_INSTANCES` CPU instances, for our runtime only (the Triton peer has no ONNX Runtime backend).
+    Returns the model file, for calling ONNX Runtime on it directly."""
+    from ensemble_examples import onnx_models
+
+    config = (
+        f'name: "{ONNX_MODEL}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "INPUT0" {_ADD_SUB_TENSOR} }}, {{ name: "INPUT1" {_ADD_SUB_TENSOR} }} ]\n'
+        f'output [ {{ name: "OUTPUT0" {_ADD_SUB_TENSOR} }}, {{ name: "OUTPUT1" {_ADD_SUB_TENSOR} }} ]\n'
+        f"instance_group [ {{ count: {ONNX_INSTANCES} kind: KIND_CPU }} ]\n"
+    )
+    _write(root / ONNX_MODEL / "config.pbtxt", config)
+    model_path = root / ONNX_MODEL / "1" / "model.onnx"
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    onnx_models.save(onnx_models.add_sub(), model_path)
+    return model_path

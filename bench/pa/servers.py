@@ -1,0 +1,92 @@
+"""The servers perf_analyzer measures: configurations of ours (extra runtime arguments) and the Triton peer,
+optionally pinned to one CPU with `taskset` (children, e.g. Triton's python stubs, inherit the affinity)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.pa.report import TRITON
+from bench.triton_peer import TritonInstall, TritonPeer
+from tests.support.runtime_process import RuntimeProcess
+from tests.support.server_process import ServerProcess
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """CPU lists for `taskset -c`: the server's and the load generator's (None: not pinned)."""
+
+    server: str | None = None
+    client: str | None = None
+
+    def server_prefix(self) -> list[str]:
+        return ["taskset", "-c", self.server] if self.server else []
+
+    def client_prefix(self) -> list[str]:
+        return ["taskset", "-c", self.client] if self.client else []
+
+
+def choose_pinning(pin: bool | None) -> Pinning:
+    """Server on the first CPU this process may use, perf_analyzer on the second; by default (`pin` None) only
+    where there are at least two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin is False or (pin is None and len(cpus) < 2):
+        return Pinning()
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin needs at least 2 CPUs, this process may use {cpus}")
+    return Pinning(server=str(cpus[0]), client=str(cpus[1]))
+
+
+@dataclass(frozen=True)
+class OursConfig:
+    """One configuration of our runtime: a name for the tables and extra command-line arguments."""
+
+    name: str
+    args: tuple[str, ...] = ()
+
+
+def parse_ours(text: str, common: Sequence[str] = ()) -> OursConfig:
+    """`NAME=ARGS` (ARGS split like a shell would, may be empty) plus the `--ours-arg` arguments for all."""
+    name, _, args = text.partition("=")
+    if not name or name == TRITON:
+        raise ValueError(f"--ours {text!r}: expected NAME=ARGS with a NAME other than {TRITON!r}")
+    return OursConfig(name, (*common, *shlex.split(args)))
+
+
+def ours_configs(specs: Sequence[str], common: Sequence[str]) -> list[OursConfig]:
+    configs = [parse_ours(s, common) for s in specs] or [OursConfig("ours", tuple(common))]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--ours names must differ: {names}")
+    return configs
+
+
+class PinnedRuntime(RuntimeProcess):
+    """Our runtime, its command line behind `taskset` when pinned."""
+
+    def __init__(self, repositories: Sequence[Path], config: OursConfig, pinning: Pinning) -> None:
+        super().__init__(repositories, config.args)
+        self.prefix = pinning.server_prefix()
+
+    def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        args, env = super().command()
+        return [*self.prefix, *args], env
+
+
+class PinnedTriton(TritonPeer):
+    """The Triton peer, its command line behind `taskset` when pinned (the stubs it forks inherit it)."""
+
+    def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning) -> None:
+        super().__init__(repositories, install=install)
+        self.prefix = pinning.server_prefix()
+
+    def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        args, env = super().command()
+        return [*self.prefix, *args], env
+
+
+def server_url(server: ServerProcess, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url

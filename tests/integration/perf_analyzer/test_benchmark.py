@@ -1,0 +1,59 @@
+"""bench/perf_analyzer.py end to end at its smallest (one model, one concurrency, 0.5 s windows, two
+configurations of ours, without the Triton peer, `-s 1000` so load noise cannot fail it): the JSON has gRPC and
+HTTP, server CPU per 1,000 requests and the ONNX overhead point for each configuration. A check that the
+benchmark runs, not of its figures (~30 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.pa.servers import OursConfig, choose_pinning, ours_configs
+from bench.perf_analyzer import main, not_installed_reason
+
+_REASON = not_installed_reason()
+
+
+def test_ours_configurations_parse() -> None:
+    assert ours_configs([], ["--x=1"]) == [OursConfig("ours", ("--x=1",))]
+    assert ours_configs(["a=", "b=--flag=v --other"], ["--x=1"]) == [
+        OursConfig("a", ("--x=1",)), OursConfig("b", ("--x=1", "--flag=v", "--other"))]
+    with pytest.raises(ValueError):
+        ours_configs(["triton=--x"], [])
+    with pytest.raises(ValueError):
+        ours_configs(["a=", "a=--x"], [])
+
+
+def test_pinning_defaults_to_two_cpus() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    pinning = choose_pinning(None)
+    assert choose_pinning(False).server_prefix() == []
+    if len(cpus) >= 2:
+        assert pinning.server_prefix() == ["taskset", "-c", str(cpus[0])]
+        assert pinning.client_prefix() == ["taskset", "-c", str(cpus[1])]
+    else:
+        assert pinning.server is None and pinning.client is None
+
+
+@pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+def test_quick_run_reports_http_cpu_and_onnx(tmp_path: Path) -> None:
+    out = tmp_path / "perf_analyzer.json"
+    assert main(["--quick", "--interval-ms", "500", "--stability", "1000", "--no-triton", "--model", "add_one_0", "--concurrency", "2",
+                 "--ours", "a=", "--ours", "b=--allow-metrics=false", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ours"] == {"a": [], "b": ["--allow-metrics=false"]}
+    for protocol in ("grpc", "http"):
+        point = report["results"]["add_one_0"][protocol]["2"]
+        onnx = report["onnx"][protocol]
+        assert onnx["onnxruntime"]["runs_ok"] == 1 and onnx["onnxruntime"]["p50_us"] > 0
+        for name in ("a", "b"):
+            assert point[name]["runs_ok"] == 1, point[name]["errors"]
+            assert point[name]["throughput_rps"] > 0 and point[name]["cpu_ms_per_1000"] > 0
+            assert point[name]["cpu_runs"] == 1
+            assert point[name]["samples"][0]["server_requests"] > 0
+            assert onnx[name]["runs_ok"] == 1, onnx[name]["errors"]
+            assert onnx["overhead_us"][name] == pytest.approx(onnx[name]["p50_us"] - onnx["onnxruntime"]["p50_us"],
+                                                                abs=0.2)
