@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `tests` impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
@@ -58,6 +59,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _inputs(model: str) -> list[grpcclient.InferInput]:
+    arrays: dict[str, npt.NDArray[np.float32]]
     if model == "add_sub":
         arrays = {"INPUT0": np.ones((1, 16), np.float32), "INPUT1": np.ones((1, 16), np.float32)}
     else:
