@@ -14,6 +14,7 @@ nothing.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ from .plan import ObjectKey
 from .probes import PROBE_CONCURRENCY, HttpGet, HttpPost, PodProber, http_get_json, http_post_json
 from .render.common import ENSEMBLE_LABEL, Manifest, stable_hash
 from .status import PodReport
+
+log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "ensemble-operator"
 APPLIED_HASH_ANNOTATION = f"{GROUP}/applied-hash"
@@ -77,6 +80,7 @@ class WriteStats:
     deletes: int = 0
     status_patches: int = 0
     events: int = 0
+    events_dropped: int = 0  # refused by the API server (a namespace being deleted refuses new objects)
     pod_annotations: int = 0
 
     @property
@@ -256,9 +260,18 @@ class KubeClient:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._call(
-            "POST", object_path("v1", "Event", meta["namespace"]), body=event, content_type="application/json"
-        )
+        try:
+            self._call(
+                "POST", object_path("v1", "Event", meta["namespace"]), body=event, content_type="application/json"
+            )
+        except ApiError as exc:
+            # Events are best effort, as client-go's recorder treats them: a namespace being deleted refuses
+            # every new object (403), and a refused event must not fail the reconcile or the deletion handler
+            # that reports it (kopf then retried a blocked Model's deletion after 60 s instead of its 5 s).
+            log.warning("event %s on %s %s/%s not recorded: %s", reason, involved["kind"], meta["namespace"],
+                        meta["name"], exc)
+            self.stats.events_dropped += 1
+            return
         self.stats.events += 1
 
     def review_access(self, user: UserInfo, permission: Permission) -> Decision:

@@ -13,6 +13,7 @@ class FakeApi:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.posted: list[Any] = []  # bodies of POSTs (e.g. Events), in order
+        self.terminating: set[str] = set()  # namespaces being deleted: new objects there are refused
         self._version = 0
 
     def put(self, path: str, obj: dict[str, Any]) -> None:
@@ -72,6 +73,10 @@ class FakeApi:
         if method == "DELETE":
             return (200, self.objects.pop(path)) if path in self.objects else (404, None)
         if method == "POST":
+            namespace = path.split("/namespaces/", 1)[1].split("/", 1)[0] if "/namespaces/" in path else ""
+            if namespace in self.terminating:  # the API server's NamespaceLifecycle admission
+                return 403, {"reason": "Forbidden", "message": f"unable to create new content in namespace "
+                             f"{namespace} because it is being terminated"}
             self.posted.append(body)
             return 201, body
         raise AssertionError(f"unexpected {method} {path}")

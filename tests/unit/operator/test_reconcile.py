@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -345,3 +346,28 @@ def test_a_version_that_killed_the_runtime_reaches_the_status_and_an_event(ensem
     assert f"classifier 3: {died}" in degraded["message"], degraded
     events = [b for b in api.posted if isinstance(b, dict) and b.get("kind") == "Event"]
     assert events[-1]["type"] == "Warning" and f"classifier 3: {died}" in events[-1]["message"], events
+
+
+def test_a_namespace_being_deleted_refuses_events_and_the_reconcile_still_writes_its_status(
+    world: tuple[FakeApi, Reconciler],
+) -> None:
+    """`kubectl delete namespace` refuses every new object there, Events too (403); the phase event is dropped,
+    the status is written all the same (the reconcile used to fail and retry until the namespace was gone)."""
+    api, rec = world
+    api.terminating.add(NS)
+    assert reconcile(rec, api, _ensemble_body(api)) == "Progressing"
+    assert _ensemble_body(api)["status"]["phase"] == "Progressing"
+    assert rec.kube.stats.events == 0 and rec.kube.stats.events_dropped >= 1 and not api.posted
+
+
+def test_a_blocked_model_deletion_in_a_namespace_being_deleted_says_why(world: tuple[FakeApi, Reconciler]) -> None:
+    """The deletion handler turns the reason into kopf's TemporaryError (again in 5 s); a refused DeletionBlocked
+    event used to raise instead, and kopf retried an unexpected error only after 60 s."""
+    api, rec = world
+    api.terminating.add(NS)
+    path = object_path("serving.ensemble.dev/v1alpha1", "Model", NS, "classifier")
+    blocked = rec.model_deletion_blocked(copy.deepcopy(api.objects[path]), ["image-pipeline"], [2])
+    assert blocked is not None and "image-pipeline" in blocked
+    conditions = {c["type"]: c for c in api.objects[path]["status"]["conditions"]}
+    assert conditions["DeletionBlocked"]["status"] == "True"
+    assert rec.kube.stats.events_dropped == 1 and not api.posted
