@@ -53,6 +53,7 @@ class NativeGrpcServer:
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
         self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, address: str, port: int) -> int:
@@ -94,7 +95,7 @@ class NativeGrpcServer:
             if stream.method == HEALTH_WATCH:
                 watching = watch_inbound(stream)
                 self._streams[stream.id] = (watching, outlet)
-                await answer_watch(stream, watching, outlet, self._health.servicer.Watch)
+                await answer_watch(stream, watching, outlet, self._health.servicer.Watch, self._stopping)
             else:
                 requests = model_infer_inbound(stream)
                 self._streams[stream.id] = (requests, outlet)
@@ -109,7 +110,8 @@ class NativeGrpcServer:
             await answer_forwarded(call, self._routes)
 
     async def stop(self, grace: float) -> None:
-        """Stop taking calls; those in flight are answered for up to `grace` seconds."""
+        """Stop taking calls; those in flight are answered for up to `grace` seconds (health Watch ends now)."""
+        self._stopping.set()
         await asyncio.to_thread(self._core.stop, grace)
         if self._loop is not None:
             self._loop.remove_reader(self._core.fileno())

@@ -19,7 +19,7 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import bounded
 from ensemble_runtime.protocol._native import StreamCall, StreamFrame
 from ensemble_runtime.protocol.grpc_stream import StreamSession
-from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, RpcAbort
+from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, RpcAbort
 
 log = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -118,8 +118,10 @@ def watch_inbound(stream: StreamCall) -> Inbound[health_pb2.HealthCheckRequest]:
 
 
 async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet,
-                       watch: Callable[[Any, StreamContext], Coroutine[Any, Any, None]]) -> None:
-    """Health Watch: the servicer writes each status change until the client goes away."""
+                       watch: Callable[[Any, StreamContext], Coroutine[Any, Any, None]],
+                       stopping: asyncio.Event) -> None:
+    """Health Watch: the servicer writes each status change until the client goes away or the server stops
+    (UNAVAILABLE, so the stop does not wait for watchers)."""
     try:
         request = await anext(inbound)
     except RpcAbort as abort:
@@ -131,14 +133,17 @@ async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet
     loop = asyncio.get_running_loop()
     watcher: asyncio.Task[None] = loop.create_task(watch(request, StreamContext(outlet)))
     gone = loop.create_task(inbound.failure())
+    stop = loop.create_task(stopping.wait())
     try:
-        await asyncio.wait({watcher, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({watcher, gone, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (watcher, gone):
+        for task in (watcher, gone, stop):
             task.cancel()
-        await asyncio.gather(watcher, gone, return_exceptions=True)
+        await asyncio.gather(watcher, gone, stop, return_exceptions=True)
     outcome = None if watcher.cancelled() else watcher.exception()
-    if isinstance(outcome, RpcAbort):
+    if stopping.is_set():
+        stream.fail(UNAVAILABLE, "the server is stopping")
+    elif isinstance(outcome, RpcAbort):
         stream.fail(outcome.code, outcome.details)
     else:
         stream.close()
