@@ -45,9 +45,15 @@ pub struct Outbound {
 impl Outbound {
     /// Queues one message unless the window is full; a full window asks for a writable notice.
     pub fn offer(&self, message: Bytes) -> Offer {
-        self.blocked.store(true, Ordering::SeqCst); // before trying: a drain after a refusal sees it
+        let message = match self.messages.try_send(message) {
+            Ok(()) => return Offer::Sent,
+            Err(mpsc::error::TrySendError::Full(message)) => message,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Offer::Closed,
+        };
+        // Full: ask for a notice, then try once more, so a drain between the two cannot go unnoticed.
+        self.blocked.store(true, Ordering::SeqCst);
         match self.messages.try_send(message) {
-            Ok(()) => Offer::Sent,
+            Ok(()) => Offer::Sent, // at worst one notice nobody waits for
             Err(mpsc::error::TrySendError::Full(_)) => Offer::Full,
             Err(mpsc::error::TrySendError::Closed(_)) => Offer::Closed,
         }
@@ -222,6 +228,7 @@ mod tests {
         for _ in 0..WINDOW {
             assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Sent);
         }
+        assert!(!blocked.load(Ordering::SeqCst)); // no notice asked for while there was room
         assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Full);
         assert!(blocked.load(Ordering::SeqCst));
         receiver.try_recv().unwrap();
