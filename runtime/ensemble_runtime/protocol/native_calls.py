@@ -29,6 +29,7 @@ UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 # what grpcio answers for a method the servicer leaves to the generated base class
 NOT_IMPLEMENTED = "Unexpected <class 'NotImplementedError'>: Method not implemented!"
 _NATIVE_METHODS = ("ModelInfer", "ModelStreamInfer")  # decoded by the core / not forwarded

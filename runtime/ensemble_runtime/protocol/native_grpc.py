@@ -10,12 +10,13 @@ import asyncio
 from typing import Any
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
+from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame, StreamWritable
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.native_calls import answer_forwarded, answer_infer, forwarded_routes
 from ensemble_runtime.protocol.native_stream import (
     Inbound,
+    Outlet,
     answer_stream,
     answer_watch,
     model_infer_inbound,
@@ -46,12 +47,13 @@ class NativeGrpcServer:
     ) -> None:
         self._dp = dataplane
         self._stream_limit = stream_limit
-        self._streams: dict[int, Inbound[Any]] = {}
+        self._streams: dict[int, tuple[Inbound[Any], Outlet]] = {}
         self._health = health
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
         self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, address: str, port: int) -> int:
@@ -66,10 +68,8 @@ class NativeGrpcServer:
         """One wake-up: every call waiting, one task each."""
         assert self._loop is not None
         for item in self._core.take():
-            if isinstance(item, StreamFrame):
-                inbound = self._streams.get(item.id)
-                if inbound is not None:
-                    inbound.deliver(item)
+            if isinstance(item, StreamFrame | StreamWritable):
+                self._deliver(item)
                 continue
             task = self._loop.create_task(
                 self._stream(item) if isinstance(item, StreamCall) else self._answer(item)
@@ -77,14 +77,29 @@ class NativeGrpcServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _deliver(self, item: StreamFrame | StreamWritable) -> None:
+        link = self._streams.get(item.id)
+        if link is None:
+            return
+        inbound, outlet = link
+        if isinstance(item, StreamWritable):
+            outlet.writable()
+            return
+        if item.payload is None and item.code != 0:  # the client went away: a waiting writer stops too
+            outlet.gone()
+        inbound.deliver(item)
+
     async def _stream(self, stream: StreamCall) -> None:
+        outlet = Outlet(stream)
         try:
             if stream.method == HEALTH_WATCH:
-                watching = self._streams[stream.id] = watch_inbound(stream)
-                await answer_watch(stream, watching, self._health.servicer.Watch)
+                watching = watch_inbound(stream)
+                self._streams[stream.id] = (watching, outlet)
+                await answer_watch(stream, watching, outlet, self._health.servicer.Watch, self._stopping)
             else:
-                requests = self._streams[stream.id] = model_infer_inbound(stream)
-                await answer_stream(stream, requests, self._dp, self._stream_limit)
+                requests = model_infer_inbound(stream)
+                self._streams[stream.id] = (requests, outlet)
+                await answer_stream(stream, requests, outlet, self._dp, self._stream_limit)
         finally:
             del self._streams[stream.id]
 
@@ -95,7 +110,8 @@ class NativeGrpcServer:
             await answer_forwarded(call, self._routes)
 
     async def stop(self, grace: float) -> None:
-        """Stop taking calls; those in flight are answered for up to `grace` seconds."""
+        """Stop taking calls; those in flight are answered for up to `grace` seconds (health Watch ends now)."""
+        self._stopping.set()
         await asyncio.to_thread(self._core.stop, grace)
         if self._loop is not None:
             self._loop.remove_reader(self._core.fileno())

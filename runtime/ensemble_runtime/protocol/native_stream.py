@@ -1,6 +1,7 @@
 """Streams through the native core. ModelStreamInfer: its raw frames feed the same `StreamSession` the grpcio
 front end runs; the session pulls requests (one `want` per request it reads), so its in-flight limit still
-bounds how much of the stream the core reads. Health Watch: the health servicer's own Watch, writing through
+bounds how much of the stream the core reads; responses go out through the core's bounded window (`Outlet`),
+so when the client stops reading the session waits, as HTTP/2 flow control makes it wait under grpcio. Health Watch: the health servicer's own Watch, writing through
 the stream, ended when the client goes away."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import bounded
 from ensemble_runtime.protocol._native import StreamCall, StreamFrame
 from ensemble_runtime.protocol.grpc_stream import StreamSession
-from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, RpcAbort
+from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, RpcAbort
 
 log = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -61,14 +62,47 @@ class Inbound(Generic[M]):
                 return RpcAbort(frame.code, frame.message)
 
 
-class StreamContext:
-    """The part of a grpc.aio context a response-streaming handler uses: `write`, `abort`."""
+SENT, FULL = 0, 1  # StreamCall.send: 2 is the stream has ended
+
+
+class Outlet:
+    """The way out of one stream: `send` waits while the core's window is full (the client is not reading)."""
 
     def __init__(self, stream: StreamCall) -> None:
         self._stream = stream
+        self._writable = asyncio.Event()
+        self._gone = False
+
+    def writable(self) -> None:
+        """The core drained a message: a refused one may be offered again."""
+        self._writable.set()
+
+    def gone(self) -> None:
+        """The client went away: nothing more goes out."""
+        self._gone = True
+        self._writable.set()
+
+    async def send(self, message: bytes) -> bool:
+        """Sends one message, waiting for room; False when the stream has ended (the client went away)."""
+        while not self._gone:
+            self._writable.clear()  # a notice taken after the refusal below wakes the wait
+            offer = self._stream.send(message)
+            if offer == SENT:
+                return True
+            if offer != FULL:
+                return False
+            await self._writable.wait()
+        return False
+
+
+class StreamContext:
+    """The part of a grpc.aio context a response-streaming handler uses: `write`, `abort`."""
+
+    def __init__(self, outlet: Outlet) -> None:
+        self._outlet = outlet
 
     async def write(self, message: Any) -> None:
-        if not self._stream.send(message.SerializeToString()):
+        if not await self._outlet.send(message.SerializeToString()):
             raise RpcAbort(CANCELLED, "the client went away")
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
@@ -83,9 +117,11 @@ def watch_inbound(stream: StreamCall) -> Inbound[health_pb2.HealthCheckRequest]:
     return Inbound(stream, health_pb2.HealthCheckRequest.FromString)
 
 
-async def answer_watch(stream: StreamCall, inbound: Inbound[Any],
-                       watch: Callable[[Any, StreamContext], Coroutine[Any, Any, None]]) -> None:
-    """Health Watch: the servicer writes each status change until the client goes away."""
+async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet,
+                       watch: Callable[[Any, StreamContext], Coroutine[Any, Any, None]],
+                       stopping: asyncio.Event) -> None:
+    """Health Watch: the servicer writes each status change until the client goes away or the server stops
+    (UNAVAILABLE, so the stop does not wait for watchers)."""
     try:
         request = await anext(inbound)
     except RpcAbort as abort:
@@ -95,26 +131,31 @@ async def answer_watch(stream: StreamCall, inbound: Inbound[Any],
         stream.fail(INVALID_ARGUMENT, "the Watch call sent no request")
         return
     loop = asyncio.get_running_loop()
-    watcher: asyncio.Task[None] = loop.create_task(watch(request, StreamContext(stream)))
+    watcher: asyncio.Task[None] = loop.create_task(watch(request, StreamContext(outlet)))
     gone = loop.create_task(inbound.failure())
+    stop = loop.create_task(stopping.wait())
     try:
-        await asyncio.wait({watcher, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({watcher, gone, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (watcher, gone):
+        for task in (watcher, gone, stop):
             task.cancel()
-        await asyncio.gather(watcher, gone, return_exceptions=True)
+        await asyncio.gather(watcher, gone, stop, return_exceptions=True)
     outcome = None if watcher.cancelled() else watcher.exception()
-    if isinstance(outcome, RpcAbort):
+    if stopping.is_set():
+        stream.fail(UNAVAILABLE, "the server is stopping")
+    elif isinstance(outcome, RpcAbort):
         stream.fail(outcome.code, outcome.details)
     else:
         stream.close()
 
 
-async def answer_stream(stream: StreamCall, inbound: Inbound[pb.ModelInferRequest], dataplane: DataPlane, limit: int) -> None:
-    """Runs the stream's session; its messages go out as they come, then the stream ends with its status."""
+async def answer_stream(stream: StreamCall, inbound: Inbound[pb.ModelInferRequest], outlet: Outlet,
+                        dataplane: DataPlane, limit: int) -> None:
+    """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
+    status."""
     try:
         async for message in StreamSession(dataplane, limit).run(inbound):
-            if not stream.send(message.SerializeToString()):
+            if not await outlet.send(message.SerializeToString()):
                 break  # the client went away
     except RpcAbort as abort:
         stream.fail(abort.code, abort.details)

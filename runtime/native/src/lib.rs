@@ -23,6 +23,7 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add_class::<py_core::Call>()?;
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
+    module.add_class::<py_stream::StreamWritable>()?;
     module.add_class::<py_request::InferRequestView>()?;
     module.add_class::<py_request::InputTensor>()?;
     module.add_class::<py_request::OutputTensor>()?;

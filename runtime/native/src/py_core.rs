@@ -15,7 +15,7 @@ use tonic::{Code, Status};
 
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_request::{parameter, request_view, InferRequestView};
-use crate::py_stream::{StreamCall, StreamFrame};
+use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{serve, Core, Reply, Running, Work, MODEL_INFER};
 
@@ -131,6 +131,7 @@ impl GrpcCore {
                 .into_any(),
                 Work::StreamOpen(link) => Py::new(py, StreamCall::new(link))?.into_any(),
                 Work::StreamFrame(frame) => Py::new(py, StreamFrame::new(frame))?.into_any(),
+                Work::StreamWritable(id) => Py::new(py, StreamWritable::new(id))?.into_any(),
             };
             out.append(item)?;
         }

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tonic::{Code, Status};
 
-use crate::stream::{Frame, Outbound, StreamLink};
+use crate::stream::{Frame, Offer, Outbound, StreamLink};
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct StreamCall {
@@ -35,9 +35,9 @@ impl StreamCall {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let (Some(outbound), Some(status)) = (outbound, last) {
-            let _ = outbound.send(Err(status));
-        } // dropping the sender ends the stream with OK
+        if let Some(outbound) = outbound {
+            outbound.finish(last);
+        }
     }
 }
 
@@ -66,17 +66,19 @@ impl StreamCall {
         self.want.add_permits(1);
     }
 
-    /// Sends one serialized ModelStreamInferResponse; False when the stream has ended (the client went away).
-    fn send(&self, message: &[u8]) -> bool {
-        match self
+    /// Offers one serialized response message: 0 sent, 1 the window is full (offer it again after this
+    /// stream's `StreamWritable`), 2 the stream has ended (the client went away).
+    fn send(&self, message: &[u8]) -> u8 {
+        let offer = match self
             .outbound
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            Some(outbound) => outbound.send(Ok(Bytes::copy_from_slice(message))).is_ok(),
-            None => false,
-        }
+            Some(outbound) => outbound.offer(Bytes::copy_from_slice(message)),
+            None => Offer::Closed,
+        };
+        offer as u8
     }
 
     /// Ends the stream with OK.
@@ -138,5 +140,25 @@ impl StreamFrame {
     #[getter]
     fn message(&self) -> &str {
         &self.message
+    }
+}
+
+/// A stream's window has room again: a message it refused may be offered again.
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
+pub struct StreamWritable {
+    id: u64,
+}
+
+impl StreamWritable {
+    pub fn new(id: u64) -> Self {
+        Self { id }
+    }
+}
+
+#[pymethods]
+impl StreamWritable {
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
     }
 }

@@ -68,6 +68,8 @@ pub enum Work {
     },
     StreamOpen(StreamLink),
     StreamFrame(Frame),
+    /// A stream's response window has room again.
+    StreamWritable(u64),
 }
 
 pub struct Core {

@@ -2,15 +2,19 @@
 //! pulls: each `want` lets the core read one more request frame from the client, so the stream's in-flight
 //! limit (applied in Python) still bounds how much of the stream is read; responses go out in the order Python
 //! sends them. When the client goes away, Python gets a CANCELLED frame (a `Watch` has nothing else to read).
+//!
+//! Responses go out through a bounded channel ([`WINDOW`] messages) that HTTP/2 flow control drains: when the
+//! client stops reading, `Outbound::offer` answers [`Offer::Full`] and Python waits for a writable notice
+//! (sent once the channel drains a message), so a producer waits instead of queueing without bound.
 
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codegen::tokio_stream::Stream;
 use tonic::codegen::BoxFuture;
 use tonic::server::StreamingService;
@@ -18,8 +22,50 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::service::{Core, Work};
 
+/// How many response messages of one stream wait in the core for HTTP/2 to take them.
+pub const WINDOW: usize = 16;
+
+/// What became of a message offered to a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offer {
+    Sent = 0,
+    /// The window is full: offer it again after the stream's writable notice.
+    Full = 1,
+    /// The stream has ended (the client went away).
+    Closed = 2,
+}
+
 /// What goes out on a stream: response messages, then the end (an error status, or OK when dropped).
-pub type Outbound = mpsc::UnboundedSender<Result<Bytes, Status>>;
+pub struct Outbound {
+    messages: mpsc::Sender<Bytes>,
+    end: oneshot::Sender<Status>,
+    blocked: Arc<AtomicBool>,
+}
+
+impl Outbound {
+    /// Queues one message unless the window is full; a full window asks for a writable notice.
+    pub fn offer(&self, message: Bytes) -> Offer {
+        let message = match self.messages.try_send(message) {
+            Ok(()) => return Offer::Sent,
+            Err(mpsc::error::TrySendError::Full(message)) => message,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Offer::Closed,
+        };
+        // Full: ask for a notice, then try once more, so a drain between the two cannot go unnoticed.
+        self.blocked.store(true, Ordering::SeqCst);
+        match self.messages.try_send(message) {
+            Ok(()) => Offer::Sent, // at worst one notice nobody waits for
+            Err(mpsc::error::TrySendError::Full(_)) => Offer::Full,
+            Err(mpsc::error::TrySendError::Closed(_)) => Offer::Closed,
+        }
+    }
+
+    /// Ends the stream after the messages already queued: with `status`, or OK.
+    pub fn finish(self, status: Option<Status>) {
+        if let Some(status) = status {
+            let _ = self.end.send(status);
+        }
+    }
+}
 
 /// One stream as the Python side holds it.
 pub struct StreamLink {
@@ -51,15 +97,38 @@ pub struct StreamHandler {
 
 /// The responses going out; dropping it (the stream is over, or the client went away) tells the reader task.
 pub struct Responses {
-    messages: UnboundedReceiverStream<Result<Bytes, Status>>,
+    id: u64,
+    core: Arc<Core>,
+    messages: mpsc::Receiver<Bytes>,
+    end: Option<oneshot::Receiver<Status>>,
+    blocked: Arc<AtomicBool>,
     _gone: oneshot::Sender<()>,
 }
 
 impl Stream for Responses {
     type Item = Result<Bytes, Status>;
 
+    /// The next message (polled only as HTTP/2 has room for it), then the ending status if there is one.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.messages).poll_next(cx)
+        match self.messages.poll_recv(cx) {
+            Poll::Ready(Some(message)) => {
+                if self.blocked.swap(false, Ordering::SeqCst) {
+                    self.core.queue.push(Work::StreamWritable(self.id));
+                }
+                return Poll::Ready(Some(Ok(message)));
+            }
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => {}
+        }
+        let Some(end) = self.end.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let status = match Pin::new(end).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(status) => status.ok(),
+        };
+        self.end = None;
+        Poll::Ready(status.map(Err))
     }
 }
 
@@ -73,7 +142,14 @@ impl StreamingService<Bytes> for StreamHandler {
         let path = std::mem::take(&mut self.path);
         Box::pin(async move {
             let id = core.stream_ids.next();
-            let (outbound, messages) = mpsc::unbounded_channel();
+            let (sender, messages) = mpsc::channel(WINDOW);
+            let (end_tx, end) = oneshot::channel();
+            let blocked = Arc::new(AtomicBool::new(false));
+            let outbound = Outbound {
+                messages: sender,
+                end: end_tx,
+                blocked: blocked.clone(),
+            };
             let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
             let link = StreamLink {
@@ -83,10 +159,19 @@ impl StreamingService<Bytes> for StreamHandler {
                 want: want.clone(),
             };
             core.queue.push(Work::StreamOpen(link));
-            tokio::spawn(read_frames(core, id, request.into_inner(), want, gone));
-            let messages = UnboundedReceiverStream::new(messages);
+            tokio::spawn(read_frames(
+                core.clone(),
+                id,
+                request.into_inner(),
+                want,
+                gone,
+            ));
             Ok(Response::new(Responses {
+                id,
+                core,
                 messages,
+                end: Some(end),
+                blocked,
                 _gone: gone_tx,
             }))
         })
@@ -128,5 +213,27 @@ mod tests {
     fn stream_ids_are_distinct_and_nonzero() {
         let ids = StreamIds::default();
         assert_eq!((ids.next(), ids.next()), (1, 2));
+    }
+
+    #[test]
+    fn a_full_window_refuses_until_drained_and_a_gone_reader_closes() {
+        let (messages, mut receiver) = mpsc::channel(WINDOW);
+        let (end, _end) = oneshot::channel();
+        let blocked = Arc::new(AtomicBool::new(false));
+        let outbound = Outbound {
+            messages,
+            end,
+            blocked: blocked.clone(),
+        };
+        for _ in 0..WINDOW {
+            assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Sent);
+        }
+        assert!(!blocked.load(Ordering::SeqCst)); // no notice asked for while there was room
+        assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Full);
+        assert!(blocked.load(Ordering::SeqCst));
+        receiver.try_recv().unwrap();
+        assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Sent);
+        drop(receiver);
+        assert_eq!(outbound.offer(Bytes::from_static(b"m")), Offer::Closed);
     }
 }

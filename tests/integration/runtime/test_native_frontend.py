@@ -242,10 +242,30 @@ def test_health_watch_streams_the_status(servers: dict[str, RuntimeProcess]) -> 
         with grpc.insecure_channel(proc.grpc_url) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             responses = stub.Watch(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"), timeout=30)
-            assert next(responses).status == health_pb2.HealthCheckResponse.SERVING
+            # readiness may still be on its way to health (a test run alone): the watch says when it arrives
+            assert any(r.status == health_pb2.HealthCheckResponse.SERVING for r in responses)
             responses.cancel()  # the server's watcher ends with the call
             unknown = stub.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=30)
             assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
             unknown.cancel()
         with proc.grpc_client() as client:
             assert client.is_server_live()
+
+
+def test_health_watch_ends_when_the_server_stops(repository: Path) -> None:
+    """A watcher does not hold the stop: its stream ends UNAVAILABLE as the server stops, not at the grace."""
+    proc = RuntimeProcess([repository], ["--grpc-frontend=native", "--strict-readiness=false"]).start()
+    try:
+        proc.wait_ready()
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            responses = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+            # readiness may still be on its way to health: the watch says when it arrives
+            assert any(r.status == health_pb2.HealthCheckResponse.SERVING for r in responses)
+            proc.stop()
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in responses:  # NOT_SERVING may come first, while the server drains
+                    pass
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert ended.value.details() == "the server is stopping"
+    finally:
+        proc.stop()
