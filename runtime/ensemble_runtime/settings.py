@@ -43,7 +43,7 @@ class RuntimeSettings(BaseModel):
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     grpc_stream_max_in_flight: int = 64
-    grpc_frontend: GrpcFrontend = GrpcFrontend.GRPCIO
+    grpc_frontend: GrpcFrontend = GrpcFrontend.NATIVE
     grpc_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
@@ -112,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests of one ModelStreamInfer stream run concurrently, at most this many at once; "
                         "the stream is read further as they finish")
     p.add_argument("--grpc-frontend", choices=[f.value for f in GrpcFrontend],
-                   help="what serves the gRPC port: grpcio's server (default), or the native core (Rust: decodes "
-                        "ModelInfer and encodes its response off the GIL; ModelStreamInfer and health Watch are "
-                        "not served by it yet)")
+                   help="what serves the gRPC port: the native core (default; Rust: decodes ModelInfer and encodes "
+                        "its response off the GIL, every other RPC forwarded to the same handlers), or grpcio's "
+                        "server")
     p.add_argument("--grpc-native-threads", type=int,
                    help="threads of the native gRPC core (--grpc-frontend=native)")
     p.add_argument("--http-max-body-bytes", type=int,

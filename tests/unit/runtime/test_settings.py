@@ -24,8 +24,9 @@ def test_flags_override_the_defaults() -> None:
     assert settings.repository_config == Path("/r.json")
 
 
-def test_grpc_frontend_is_grpcio_unless_native_is_asked_for() -> None:
-    assert RuntimeSettings().grpc_frontend is GrpcFrontend.GRPCIO
+def test_grpc_frontend_is_native_unless_grpcio_is_asked_for() -> None:
+    assert RuntimeSettings().grpc_frontend is GrpcFrontend.NATIVE
+    assert parse_settings(["--grpc-frontend=grpcio"]).grpc_frontend is GrpcFrontend.GRPCIO
     settings = parse_settings(["--grpc-frontend=native", "--grpc-native-threads=2"])
     assert settings.grpc_frontend is GrpcFrontend.NATIVE and settings.grpc_native_threads == 2
     with pytest.raises(SystemExit):
