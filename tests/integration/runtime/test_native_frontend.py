@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import numpy as np
@@ -87,24 +86,6 @@ def test_infer_raw_fp32_and_requested_outputs(native: RuntimeProcess) -> None:
         assert result.get_response().model_version == "1"
         full = client.infer("add_sub", inputs)
         np.testing.assert_array_equal(full.as_numpy("OUTPUT0"), a + b)
-
-
-def test_infer_bytes_and_native_types(native: RuntimeProcess) -> None:
-    values: dict[str, tuple[np.ndarray[Any, Any], str]] = {
-        "fp16": (np.array([[1.5, -2.25]], np.float16), "FP16"),
-        "int8": (np.array([[-128, 127]], np.int8), "INT8"),
-        "flag": (np.array([[True, False]]), "BOOL"),
-        "text": (np.array([[b"hello", "wörld".encode()]], dtype=np.object_), "BYTES"),
-    }
-    inputs = []
-    for name, (array, dtype) in values.items():
-        item = grpcclient.InferInput(f"{name}_in", list(array.shape), dtype)
-        item.set_data_from_numpy(array)
-        inputs.append(item)
-    with native.grpc_client() as client:
-        result = client.infer("types", inputs)
-        for name, (array, _) in values.items():
-            assert result.as_numpy(f"{name}_out").tolist() == array.tolist()
 
 
 def test_infer_typed_contents_and_parameters(native: RuntimeProcess) -> None:
