@@ -33,13 +33,14 @@ from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
+from ensemble_runtime.protocol.native_http import NativeHttpServer
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
 from ensemble_runtime.repository.sources import S3Source, no_deaths
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.settings import ControlMode, GrpcFrontend, RuntimeSettings
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.version_loader import VersionLoader
 
@@ -131,6 +132,7 @@ class Server:
     health: Health = field(default_factory=Health)
     _grpc: grpc.aio.Server | None = None
     _native_grpc: NativeGrpcServer | None = None
+    _native_http: NativeHttpServer | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -158,7 +160,12 @@ class Server:
                 self.dataplane, self.planes.repository, s.http_max_body_bytes, s.http_max_json_bytes,
                 restrictions=s.http_restrictions(),
             )
-            self._runners.append(await start_http(app, s.http_address, s.http_port))
+            if s.http_frontend == HttpFrontend.NATIVE:
+                self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
+                                                     s.http_restrictions(), threads=s.http_native_threads)
+                await self._native_http.start(s.http_address, s.http_port)
+            else:
+                self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage)
             self._runners.append(await start_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port))
@@ -234,6 +241,8 @@ class Server:
             await self._grpc.stop(grace=1.0)
         if self._native_grpc is not None:
             await self._native_grpc.stop(grace=1.0)
+        if self._native_http is not None:
+            await self._native_http.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         await dp.registry.close()

@@ -21,7 +21,12 @@ class ControlMode(enum.Enum):
 
 class GrpcFrontend(enum.Enum):
     GRPCIO = "grpcio"  # grpcio's asyncio server
-    NATIVE = "native"  # the Rust core, ensemble_runtime.protocol._native (ModelStreamInfer and health Watch not yet)
+    NATIVE = "native"  # the Rust core, ensemble_runtime.protocol._native
+
+
+class HttpFrontend(enum.Enum):
+    AIOHTTP = "aiohttp"  # aiohttp's server for every route
+    NATIVE = "native"  # the Rust core serves the infer endpoint and forwards the rest to the aiohttp app
 
 
 class RuntimeSettings(BaseModel):
@@ -45,6 +50,8 @@ class RuntimeSettings(BaseModel):
     grpc_stream_max_in_flight: int = 64
     grpc_frontend: GrpcFrontend = GrpcFrontend.NATIVE
     grpc_native_threads: int = 1
+    http_frontend: HttpFrontend = HttpFrontend.NATIVE
+    http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     max_config_bytes: int = 1024 * 1024
@@ -117,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "server")
     p.add_argument("--grpc-native-threads", type=int,
                    help="threads of the native gRPC core (--grpc-frontend=native)")
+    p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
+                   help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
+                        "forwards every other route, and compressed requests, to the aiohttp app on a private "
+                        "Unix socket), or aiohttp's server for all of it")
+    p.add_argument("--http-native-threads", type=int,
+                   help="threads of the native HTTP core (--http-frontend=native)")
     p.add_argument("--http-max-body-bytes", type=int,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
     p.add_argument("--http-max-json-bytes", type=int,

@@ -10,9 +10,10 @@ from pathlib import Path
 from tests.support.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# ENSEMBLE_TEST_GRPC_FRONTEND=native runs every runtime process of a test run with the native gRPC front end
+# ENSEMBLE_TEST_GRPC_FRONTEND=grpcio runs every runtime process of a test run with grpcio's gRPC front end
 # (a test that passes --grpc-frontend itself keeps its own).
 FRONTEND_ENV = "ENSEMBLE_TEST_GRPC_FRONTEND"
+HTTP_FRONTEND_ENV = "ENSEMBLE_TEST_HTTP_FRONTEND"  # the same for --http-frontend (native, aiohttp)
 
 
 class RuntimeProcess(ServerProcess):
@@ -22,9 +23,10 @@ class RuntimeProcess(ServerProcess):
 
     def __init__(self, repositories: Sequence[Path | str], extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         super().__init__()
-        frontend = os.environ.get(FRONTEND_ENV)
-        if frontend and not any(a.startswith("--grpc-frontend") for a in extra_args):
-            extra_args = [f"--grpc-frontend={frontend}", *extra_args]
+        for env_name, flag in ((FRONTEND_ENV, "--grpc-frontend"), (HTTP_FRONTEND_ENV, "--http-frontend")):
+            frontend = os.environ.get(env_name)
+            if frontend and not any(a.startswith(flag) for a in extra_args):
+                extra_args = [f"{flag}={frontend}", *extra_args]
         self.args = [
             sys.executable, "-m", "ensemble_runtime",
             *(f"--model-repository={r}" for r in repositories),

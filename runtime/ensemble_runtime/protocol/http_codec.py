@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from typing_extensions import Buffer
 
 from ensemble_runtime import dtypes
 from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
@@ -255,12 +256,12 @@ def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, 
 
 
 def decode_infer_request(
-    body: bytes | bytearray, header_length: str | None, model: str, version: str = "",
+    body: Buffer, header_length: str | None, model: str, version: str = "",
     shm: SharedMemoryRegistry | None = None,
 ) -> DecodedInfer:
     """An infer request body (JSON header plus binary tensors) -> what the data plane takes."""
-    length = _header_length(header_length, len(body))
     view = memoryview(body).toreadonly()  # tensors are views of the body: no model edits it in place
+    length = _header_length(header_length, view.nbytes)
     header = parse_json(view[:length], "the inference request")
     binary = view[length:]
     request_id = header.get("id", "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -73,17 +74,22 @@ def _error_middleware(max_body_bytes: int) -> Middleware:
     return errors
 
 
+def body_limits(max_body_bytes: int, max_json_bytes: int) -> tuple[Limit, Limit]:
+    """(the limit of any body, that of a body or header that is JSON)."""
+    body = Limit(max_body_bytes)
+    if max_json_bytes >= max_body_bytes:
+        return body, body
+    hint = "send large tensors as binary data (the binary tensor extension), or raise --http-max-json-bytes"
+    return body, Limit(max_json_bytes, "JSON in a request body", hint)
+
+
 class _Routes:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, max_body_bytes: int, max_json_bytes: int
     ) -> None:
         self._dp = dataplane
         self._repo = repository
-        self._body = Limit(max_body_bytes)
-        self._json = self._body
-        if max_json_bytes < max_body_bytes:
-            hint = "send large tensors as binary data (the binary tensor extension), or raise --http-max-json-bytes"
-            self._json = Limit(max_json_bytes, "JSON in a request body", hint)
+        self._body, self._json = body_limits(max_body_bytes, max_json_bytes)
 
     async def _json_body(self, request: web.Request) -> bytearray:
         """A body that is all JSON (control requests, and inference without binary tensors)."""
@@ -244,9 +250,18 @@ def build_http_app(
 
 async def start_http(app: web.Application, host: str, port: int, access_log: bool = False) -> web.AppRunner:
     """Serve `app` on host:port (port 0: a free one, see `runner.addresses`); `runner.cleanup()` stops it."""
+    return await _start(app, access_log, lambda runner: web.TCPSite(runner, host, port))
+
+
+async def start_http_unix(app: web.Application, path: str) -> web.AppRunner:
+    """Serve `app` on the Unix socket `path` (for the native core, which forwards to it)."""
+    return await _start(app, False, lambda runner: web.UnixSite(runner, path))
+
+
+async def _start(app: web.Application, access_log: bool, site_of: Callable[[web.AppRunner], web.BaseSite]) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=log if access_log else None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = site_of(runner)
     try:
         await site.start()
     except BaseException:

@@ -1,7 +1,9 @@
 //! The runtime's native protocol core (`ensemble_runtime.protocol._native`): the KServe v2 / Triton gRPC services
-//! served by tonic, `ModelInfer` decoded here, every call handed to the Python data plane in batches.
+//! served by tonic, `ModelInfer` decoded here, and the HTTP port on hyper with its infer endpoint; every call is
+//! handed to the Python data plane in batches.
 //! What a request means stays in Python; this crate parses and writes the wire.
 
+pub mod http;
 pub mod messages;
 pub mod queue;
 pub mod restrict;
@@ -10,6 +12,8 @@ pub mod stream;
 
 #[cfg(feature = "python")]
 mod py_core;
+#[cfg(feature = "python")]
+mod py_http;
 #[cfg(feature = "python")]
 mod py_request;
 #[cfg(feature = "python")]
@@ -21,6 +25,8 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     use pyo3::types::PyModuleMethods;
     module.add_class::<py_core::GrpcCore>()?;
     module.add_class::<py_core::Call>()?;
+    module.add_class::<py_http::PyHttpCore>()?;
+    module.add_class::<py_http::HttpCall>()?;
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_stream::StreamWritable>()?;

@@ -19,6 +19,12 @@ pub struct WireBuffer {
     data: Bytes,
 }
 
+impl WireBuffer {
+    pub fn new(data: Bytes) -> Self {
+        Self { data }
+    }
+}
+
 #[pymethods]
 impl WireBuffer {
     fn __len__(&self) -> usize {

@@ -42,7 +42,7 @@ def _raw(server: Served, method: str, path: str, body: bytes = b"", headers: dic
     try:
         conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()  # names: lower case
     finally:
         conn.close()
 
@@ -218,7 +218,7 @@ def test_wrong_datatype_shape_and_missing_input(client: httpclient.InferenceServ
 
 def test_malformed_bodies_get_400_naming_the_problem(server: Served) -> None:
     status, headers, body = _raw(server, "POST", "/v2/models/add/infer", b'{"inputs": [')
-    assert status == 400 and headers["Content-Type"].startswith("application/json")
+    assert status == 400 and headers["content-type"].startswith("application/json")
     assert json.loads(body)["error"].startswith("malformed JSON in the inference request")
 
     header = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 12}},

@@ -1,0 +1,122 @@
+"""The native HTTP front end (`--http-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
+the HTTP port. It answers the KServe v2 infer endpoint itself: restriction and body limits checked there, the
+body read there and handed over in batches (one event-loop wake-up per batch, `add_reader` on the core's
+descriptor), decoded and answered here through the data plane. Everything else (every other route, compressed
+requests) it forwards to the aiohttp app, which listens on a Unix socket in a private directory: one set of
+routes, statuses and messages for both paths."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from aiohttp import web
+
+from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
+from ensemble_runtime.errors import InferenceError, bounded
+from ensemble_runtime.protocol import http_codec as codec
+from ensemble_runtime.protocol import status_codes
+from ensemble_runtime.protocol._native import HttpCall, HttpCore
+from ensemble_runtime.protocol.http_body import Limit, too_large
+from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
+from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.restrictions import Category, Restrictions
+
+log = logging.getLogger(__name__)
+HTTP_UNAVAILABLE = 503
+
+
+def _limit(limit: Limit) -> tuple[int, bytes]:
+    return limit.size, codec.error_body(too_large(limit).message)
+
+
+def _restriction(restrictions: Restrictions | None) -> tuple[str, str, bytes] | None:
+    restriction = restrictions.get(Category.INFERENCE) if restrictions is not None else None
+    if restriction is None:
+        return None
+    return restriction.header, restriction.value, codec.error_body(restriction.refusal("API"))
+
+
+def _fail(call: HttpCall, status: int, message: str) -> None:
+    call.reply(status, codec.JSON_CONTENT, None, codec.error_body(bounded(message)))
+
+
+async def answer_http_infer(call: HttpCall, dataplane: DataPlane) -> None:
+    """What the aiohttp app's infer route does once it has the body: decode (in a thread when large), run,
+    encode; errors as its middleware answers them."""
+    shm = dataplane.shared_memory
+    try:
+        decoded = await sized(
+            call.size, codec.decode_infer_request, call.body, call.header_length, call.model, call.version, shm
+        )
+        response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
+        size = sum(int(array.nbytes) for array in response.outputs.values())
+        payload, header_length = await sized(size, codec.encode_infer_response, response, decoded, shm)
+    except InferenceError as exc:
+        _fail(call, status_codes.http_status(exc.code), exc.message)
+        return
+    except asyncio.CancelledError:
+        _fail(call, HTTP_UNAVAILABLE, "the server is stopping")
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in HTTP handler for POST /v2/models/%s/infer", call.model)
+        _fail(call, status_codes.HTTP_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        return
+    content_type = codec.JSON_CONTENT if header_length is None else codec.BINARY_CONTENT
+    call.reply(status_codes.HTTP_OK, content_type, header_length, payload)
+
+
+class NativeHttpServer:
+    """`app`: the aiohttp app of every route (build_http_app), for what the core forwards."""
+
+    def __init__(
+        self, dataplane: DataPlane, app: web.Application, max_body_bytes: int, max_json_bytes: int,
+        restrictions: Restrictions | None = None, threads: int = 1,
+    ) -> None:
+        self._dp = dataplane
+        self._app = app
+        self._limits = body_limits(max_body_bytes, max_json_bytes)
+        self._restriction = _restriction(restrictions)
+        self._threads = threads
+        self._core: HttpCore | None = None
+        self._runner: web.AppRunner | None = None
+        self._socket_dir: Path | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self, address: str, port: int) -> int:
+        """Serve on `address:port` (0: any free port); returns the port."""
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="ensemble-http-"))  # mode 0700: this user only
+        upstream = self._socket_dir / "app.sock"
+        self._runner = await start_http_unix(self._app, str(upstream))
+        body, json = self._limits
+        self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads)
+        bound = self._core.start(address, port)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._core.fileno(), self._drain)
+        return bound
+
+    def _drain(self) -> None:
+        """One wake-up: every infer call waiting, one task each."""
+        assert self._loop is not None and self._core is not None
+        for call in self._core.take():
+            task = self._loop.create_task(answer_http_infer(call, self._dp))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def stop(self, grace: float) -> None:
+        """Stop taking requests; those in flight are answered for up to `grace` seconds."""
+        if self._core is not None:
+            await asyncio.to_thread(self._core.stop, grace)
+            if self._loop is not None:
+                self._loop.remove_reader(self._core.fileno())
+                self._loop = None
+        for task in list(self._tasks):
+            task.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)

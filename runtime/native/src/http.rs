@@ -1,0 +1,506 @@
+//! The HTTP/1.1 port on hyper. The KServe v2 infer endpoint (`POST /v2/models/{m}[/versions/{v}]/infer`) is
+//! served here: the inference restriction checked on the headers, the body read within its limit (refused by
+//! its Content-Length before a byte is read), then handed to the Python data plane through the [`WakeQueue`],
+//! which answers with a finished body. Every other request, and an infer request this core leaves alone
+//! (compressed, a percent-encoded name, a query string), is forwarded as it came to the Python (aiohttp) app on
+//! a private Unix socket, and its answer streamed back: one set of routes and messages for both paths.
+
+use std::convert::Infallible;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::oneshot;
+
+use crate::queue::WakeQueue;
+use crate::restrict::constant_time_eq;
+
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+pub const JSON_CONTENT: &str = "application/json";
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a refused body is read (and dropped) before the answer; aiohttp lingers as long.
+const LINGER: Duration = Duration::from_secs(10);
+
+pub type Body = Either<Full<Bytes>, Incoming>;
+
+/// A body's limit and the finished 413 body that refuses it.
+#[derive(Clone, Debug)]
+pub struct Limit {
+    pub size: usize,
+    pub refusal: Bytes,
+}
+
+/// The inference category's restriction (`--http-restricted-api`), with its finished 403 body.
+#[derive(Clone, Debug)]
+pub struct Restriction {
+    /// Lower case.
+    pub header: String,
+    pub value: Vec<u8>,
+    pub refusal: Bytes,
+}
+
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Any body with binary tensors (`Inference-Header-Content-Length` given).
+    pub body: Limit,
+    /// A body that is all JSON, and the JSON header of any body.
+    pub json: Limit,
+    pub restriction: Option<Restriction>,
+    /// The Python app's Unix socket, for everything not served here.
+    pub upstream: PathBuf,
+}
+
+/// An infer request waiting for the Python side.
+pub struct InferCall {
+    pub model: String,
+    pub version: String,
+    pub header_length: Option<String>,
+    pub body: Bytes,
+    pub reply: oneshot::Sender<HttpAnswer>,
+}
+
+/// The Python side's answer: a finished body.
+pub struct HttpAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub header_length: Option<usize>,
+    pub body: Bytes,
+}
+
+pub struct HttpCore {
+    pub queue: WakeQueue<InferCall>,
+    config: HttpConfig,
+}
+
+impl HttpCore {
+    pub fn new(config: HttpConfig) -> std::io::Result<Self> {
+        Ok(Self {
+            queue: WakeQueue::new()?,
+            config,
+        })
+    }
+}
+
+/// `(model, version)` when this core serves the request itself: a POST to an infer path whose names need no
+/// decoding, without a query string; `None` sends it to the Python app (which also answers 404 and 405).
+pub fn infer_target(method: &Method, path: &str, query: Option<&str>) -> Option<(String, String)> {
+    if method != Method::POST || query.is_some() {
+        return None;
+    }
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let plain = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains(['%', '{', '}']);
+    let mut parts = rest.split('/');
+    let (model, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), None, None, None) => (m, ""),
+        (Some(m), Some("versions"), Some(v), None) if plain(v) => (m, v),
+        _ => return None,
+    };
+    plain(model).then(|| (model.to_string(), version.to_string()))
+}
+
+/// Whether the request's encodings leave it to the Python app: a compressed body (inflated there within the
+/// limit), or a client that accepts a compressed answer (any coding but `identity`).
+fn wants_encoding(headers: &HeaderMap) -> bool {
+    let coded = |name: &str| {
+        headers.get_all(name).iter().any(|value| {
+            let Ok(value) = value.to_str() else {
+                return true;
+            };
+            value.split(',').any(|item| {
+                let coding = item.split(';').next().unwrap_or("").trim();
+                !(coding.is_empty() || coding.eq_ignore_ascii_case("identity"))
+            })
+        })
+    };
+    coded("content-encoding") || coded("accept-encoding")
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The JSON header's declared length when it is a plain number (else the Python side explains what is wrong).
+fn header_length_number(value: &str) -> Option<u64> {
+    let v = value.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(v.parse().unwrap_or(u64::MAX))
+}
+
+fn respond(status: StatusCode, content_type: &str, body: Bytes, close: bool) -> Response<Body> {
+    let mut response = Response::new(Either::Left(Full::new(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static(JSON_CONTENT)),
+    );
+    if close {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// `{"error": message}` as Python's `json.dumps` writes it (ASCII, \u escapes).
+pub fn error_body(message: &str) -> Bytes {
+    let mut out = String::with_capacity(message.len() + 12);
+    out.push_str("{\"error\":\"");
+    for c in message.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push_str("\"}");
+    Bytes::from(out)
+}
+
+/// What reading a body within its limit came to.
+enum Read {
+    Whole(Bytes),
+    /// Past the limit: the rest is unread.
+    TooLarge(Incoming),
+    Failed(String),
+}
+
+async fn read_within(mut body: Incoming, limit: usize) -> Read {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    total += data.len();
+                    if total > limit {
+                        return Read::TooLarge(body);
+                    }
+                    chunks.push(data);
+                }
+            }
+            Err(err) => return Read::Failed(err.to_string()),
+        }
+    }
+    if chunks.len() == 1 {
+        return Read::Whole(chunks.pop().unwrap_or_default());
+    }
+    let mut whole = Vec::with_capacity(total);
+    chunks.iter().for_each(|c| whole.extend_from_slice(c));
+    Read::Whole(Bytes::from(whole))
+}
+
+/// A refusal that leaves the body unread: the body is read and dropped first (for up to [`LINGER`]; a client
+/// that waits for `100 Continue` never sends it), so a client still writing it reads the answer instead of a
+/// reset connection, which is then closed.
+async fn refuse(
+    headers: &HeaderMap,
+    body: Incoming,
+    status: StatusCode,
+    refusal: Bytes,
+) -> Response<Body> {
+    let expects_continue = headers
+        .get(hyper::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !expects_continue {
+        let mut body = body;
+        let _ = tokio::time::timeout(LINGER, async {
+            while let Some(Ok(_)) = body.frame().await {}
+        })
+        .await;
+    }
+    respond(status, JSON_CONTENT, refusal, true)
+}
+
+async fn infer(
+    core: &HttpCore,
+    model: String,
+    version: String,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let config = &core.config;
+    let (parts, body) = request.into_parts();
+    if let Some(restriction) = &config.restriction {
+        let presented = parts
+            .headers
+            .get(restriction.header.as_str())
+            .map(|v| v.as_bytes());
+        if !presented.is_some_and(|p| constant_time_eq(p, &restriction.value)) {
+            return refuse(
+                &parts.headers,
+                body,
+                StatusCode::FORBIDDEN,
+                restriction.refusal.clone(),
+            )
+            .await;
+        }
+    }
+    let header_length = parts
+        .headers
+        .get(HEADER_LENGTH)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let too_large = |body, limit: &Limit| {
+        refuse(
+            &parts.headers,
+            body,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            limit.refusal.clone(),
+        )
+    };
+    let limit = match header_length.as_deref() {
+        None => &config.json, // all JSON
+        Some(value) if header_length_number(value).is_some_and(|n| n > config.json.size as u64) => {
+            return too_large(body, &config.json).await; // a JSON header longer than JSON may be
+        }
+        Some(_) => &config.body,
+    };
+    if declared_length(&parts.headers).is_some_and(|n| n > limit.size as u64) {
+        return too_large(body, limit).await;
+    }
+    let body = match read_within(body, limit.size).await {
+        Read::Whole(bytes) => bytes,
+        Read::TooLarge(rest) => return too_large(rest, limit).await,
+        Read::Failed(err) => {
+            let message = format!("the request body could not be read: {err}");
+            return respond(
+                StatusCode::BAD_REQUEST,
+                JSON_CONTENT,
+                error_body(&message),
+                true,
+            );
+        }
+    };
+    let (reply, answer) = oneshot::channel();
+    core.queue.push(InferCall {
+        model,
+        version,
+        header_length,
+        body,
+        reply,
+    });
+    match answer.await {
+        Ok(answer) => {
+            let status =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = respond(status, &answer.content_type, answer.body, false);
+            if let Some(length) = answer.header_length {
+                response
+                    .headers_mut()
+                    .insert(HEADER_LENGTH, HeaderValue::from(length));
+            }
+            response
+        }
+        Err(_) => respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            JSON_CONTENT,
+            error_body("the server is stopping"),
+            true,
+        ),
+    }
+}
+
+async fn forward(config: &HttpConfig, request: Request<Incoming>) -> Response<Body> {
+    let sent = async {
+        let stream = tokio::net::UnixStream::connect(&config.upstream).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = connection.await; // ends with the exchange; an error reached the response already
+        });
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(sender.send_request(request).await?)
+    };
+    match sent.await {
+        Ok(response) => response.map(Either::Right),
+        Err(err) => respond(
+            StatusCode::BAD_GATEWAY,
+            JSON_CONTENT,
+            error_body(&format!("the server could not answer this request: {err}")),
+            true,
+        ),
+    }
+}
+
+async fn handle(
+    core: Arc<HttpCore>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let uri = request.uri();
+    let target = infer_target(request.method(), uri.path(), uri.query());
+    Ok(match target {
+        Some((model, version)) if !wants_encoding(request.headers()) => {
+            infer(&core, model, version, request).await
+        }
+        _ => forward(&core.config, request).await,
+    })
+}
+
+pub struct HttpRunning {
+    shutdown: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+/// Serves `listener` (already bound) from `runtime` until stopped.
+pub fn serve(
+    runtime: &tokio::runtime::Runtime,
+    core: Arc<HttpCore>,
+    listener: TcpListener,
+) -> std::io::Result<HttpRunning> {
+    let _entered = runtime.enter();
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let (shutdown, mut signal) = oneshot::channel::<()>();
+    let done = runtime.spawn(async move {
+        let graceful = GracefulShutdown::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else {
+                        tokio::time::sleep(Duration::from_millis(20)).await; // out of descriptors: let some close
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let core = core.clone();
+                    let service = hyper::service::service_fn(move |request| handle(core.clone(), request));
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), service);
+                    let watched = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        let _ = watched.await;
+                    });
+                }
+                _ = &mut signal => break,
+            }
+        }
+        drop(listener);
+        graceful.shutdown().await;
+    });
+    Ok(HttpRunning { shutdown, done })
+}
+
+impl HttpRunning {
+    /// Stops accepting; connections finish the request in flight, for up to `grace`.
+    pub fn stop(self, runtime: &tokio::runtime::Runtime, grace: Duration) {
+        let _ = self.shutdown.send(());
+        let done = self.done;
+        let _ = runtime.block_on(async move { tokio::time::timeout(grace, done).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infer_paths_are_served_here() {
+        let post = Method::POST;
+        assert_eq!(
+            infer_target(&post, "/v2/models/simple/infer", None),
+            Some(("simple".into(), "".into()))
+        );
+        assert_eq!(
+            infer_target(&post, "/v2/models/simple/versions/3/infer", None),
+            Some(("simple".into(), "3".into()))
+        );
+    }
+
+    #[test]
+    fn everything_else_goes_to_the_python_app() {
+        let post = Method::POST;
+        assert_eq!(
+            infer_target(&Method::GET, "/v2/models/simple/infer", None),
+            None
+        );
+        assert_eq!(
+            infer_target(&post, "/v2/models/simple/infer", Some("a=1")),
+            None
+        );
+        assert_eq!(
+            infer_target(&post, "/v2/models/si%20mple/infer", None),
+            None
+        );
+        assert_eq!(infer_target(&post, "/v2/models//infer", None), None);
+        assert_eq!(infer_target(&post, "/v2/models/../infer", None), None);
+        assert_eq!(infer_target(&post, "/v2/models/a/b/infer", None), None);
+        assert_eq!(
+            infer_target(&post, "/v2/models/a/versions//infer", None),
+            None
+        );
+        assert_eq!(
+            infer_target(&post, "/v2/models/a/versions/1/2/infer", None),
+            None
+        );
+        assert_eq!(infer_target(&post, "/v2/models/a/infer/", None), None);
+        assert_eq!(infer_target(&post, "/v2/models/a/ready", None), None);
+        assert_eq!(infer_target(&post, "/v2/models/{a}/infer", None), None);
+    }
+
+    #[test]
+    fn encodings_go_to_the_python_app() {
+        let mut headers = HeaderMap::new();
+        assert!(!wants_encoding(&headers));
+        headers.insert("content-encoding", HeaderValue::from_static("identity"));
+        assert!(!wants_encoding(&headers));
+        headers.insert("accept-encoding", HeaderValue::from_static(""));
+        assert!(!wants_encoding(&headers));
+        headers.insert(
+            "accept-encoding",
+            HeaderValue::from_static("identity;q=1, identity"),
+        );
+        assert!(!wants_encoding(&headers));
+        headers.insert(
+            "accept-encoding",
+            HeaderValue::from_static("identity, gzip;q=0.5"),
+        );
+        assert!(wants_encoding(&headers));
+        headers.insert("accept-encoding", HeaderValue::from_static("gzip"));
+        assert!(wants_encoding(&headers));
+        headers.remove("accept-encoding");
+        headers.insert("content-encoding", HeaderValue::from_static("gzip"));
+        assert!(wants_encoding(&headers));
+    }
+
+    #[test]
+    fn header_lengths_that_are_numbers() {
+        assert_eq!(header_length_number(" 12 "), Some(12));
+        assert_eq!(
+            header_length_number("99999999999999999999999"),
+            Some(u64::MAX)
+        );
+        assert_eq!(header_length_number("-1"), None);
+        assert_eq!(header_length_number(""), None);
+    }
+
+    #[test]
+    fn error_bodies_are_ascii_json() {
+        assert_eq!(
+            &error_body("a \"b\"\\\n")[..],
+            br#"{"error":"a \"b\"\\\n"}"#
+        );
+        assert_eq!(&error_body("é😀")[..], br#"{"error":"\u00e9\ud83d\ude00"}"#);
+    }
+}

@@ -1,0 +1,214 @@
+//! The Python face of the HTTP core: `HttpCore` (start, the wake-up descriptor, `take` a batch of infer calls,
+//! stop) and `HttpCall` (one waiting infer request and the way to answer it).
+
+use std::net::{TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::http::{
+    serve, HttpAnswer, HttpConfig, HttpCore, HttpRunning, InferCall, Limit, Restriction,
+};
+use crate::py_request::WireBuffer;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pyclass(
+    name = "HttpCore",
+    module = "ensemble_runtime.protocol._native",
+    frozen
+)]
+pub struct PyHttpCore {
+    core: Arc<HttpCore>,
+    threads: usize,
+    state: Mutex<Option<(tokio::runtime::Runtime, HttpRunning)>>,
+}
+
+#[pymethods]
+impl PyHttpCore {
+    /// `body`, `json`: (limit in bytes, the 413 body refusing more); `restriction`: (header, value, the 403
+    /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else.
+    #[new]
+    #[pyo3(signature = (body, json, restriction, upstream, threads = 1))]
+    fn new(
+        body: (usize, Vec<u8>),
+        json: (usize, Vec<u8>),
+        restriction: Option<(String, String, Vec<u8>)>,
+        upstream: PathBuf,
+        threads: usize,
+    ) -> PyResult<Self> {
+        let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
+            size,
+            refusal: Bytes::from(refusal),
+        };
+        let config = HttpConfig {
+            body: limit(body),
+            json: limit(json),
+            restriction: restriction.map(|(header, value, refusal)| Restriction {
+                header: header.to_ascii_lowercase(),
+                value: value.into_bytes(),
+                refusal: Bytes::from(refusal),
+            }),
+            upstream,
+        };
+        Ok(Self {
+            core: Arc::new(HttpCore::new(config)?),
+            threads: threads.max(1),
+            state: Mutex::new(None),
+        })
+    }
+
+    /// The descriptor that turns readable when infer calls wait (for the event loop's `add_reader`).
+    fn fileno(&self) -> i32 {
+        self.core.queue.fd()
+    }
+
+    /// Binds `address:port` and serves; returns the port bound (for port 0).
+    fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
+        let mut state = lock(&self.state);
+        if state.is_some() {
+            return Err(PyRuntimeError::new_err("the HTTP core is already serving"));
+        }
+        let addr = (address, port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| PyValueError::new_err(format!("no address for {address}:{port}")))?;
+        let core = self.core.clone();
+        let threads = self.threads;
+        let (runtime, running, bound) = py.allow_threads(move || -> std::io::Result<_> {
+            let listener = TcpListener::bind(addr)?;
+            let bound = listener.local_addr()?.port();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("http-core")
+                .enable_all()
+                .build()?;
+            let running = serve(&runtime, core, listener)?;
+            Ok((runtime, running, bound))
+        })?;
+        *state = Some((runtime, running));
+        Ok(bound)
+    }
+
+    /// Every infer call waiting now (one wake-up's batch), the GIL taken once for all of them.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let batch = py.allow_threads(|| self.core.queue.take());
+        let out = PyList::empty(py);
+        for call in batch {
+            let InferCall {
+                model,
+                version,
+                header_length,
+                body,
+                reply,
+            } = call;
+            let size = body.len();
+            let item = HttpCall {
+                model,
+                version,
+                header_length,
+                size,
+                body: Py::new(py, WireBuffer::new(body))?,
+                reply: Mutex::new(Some(reply)),
+            };
+            out.append(Py::new(py, item)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Stops taking connections and waits up to `grace` seconds for requests in flight (answer them
+    /// meanwhile: run this off the event loop), then ends the core's threads.
+    fn stop(&self, py: Python<'_>, grace: f64) {
+        let taken = lock(&self.state).take();
+        if let Some((runtime, running)) = taken {
+            py.allow_threads(move || {
+                running.stop(&runtime, Duration::from_secs_f64(grace.max(0.0)));
+                runtime.shutdown_timeout(Duration::from_millis(100));
+            });
+        }
+    }
+}
+
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
+pub struct HttpCall {
+    model: String,
+    version: String,
+    header_length: Option<String>,
+    size: usize,
+    body: Py<WireBuffer>,
+    reply: Mutex<Option<tokio::sync::oneshot::Sender<HttpAnswer>>>,
+}
+
+#[pymethods]
+impl HttpCall {
+    /// The model named by the path.
+    #[getter]
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The version named by the path ("" when none).
+    #[getter]
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The `Inference-Header-Content-Length` header as sent, if it was.
+    #[getter]
+    fn header_length(&self) -> Option<&str> {
+        self.header_length.as_deref()
+    }
+
+    /// The body's length in bytes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The body (read-only, through the buffer protocol, without a copy).
+    #[getter]
+    fn body(&self, py: Python<'_>) -> Py<WireBuffer> {
+        self.body.clone_ref(py)
+    }
+
+    /// Answers: the status, the Content-Type, the JSON header's length when binary data follows it, the body.
+    #[pyo3(signature = (status, content_type, header_length, body))]
+    fn reply(
+        &self,
+        py: Python<'_>,
+        status: u16,
+        content_type: String,
+        header_length: Option<usize>,
+        body: PyBuffer<u8>,
+    ) -> PyResult<()> {
+        if !body.is_c_contiguous() {
+            return Err(PyValueError::new_err("the body is not contiguous"));
+        }
+        let Some(reply) = lock(&self.reply).take() else {
+            return Err(PyRuntimeError::new_err("this call was answered already"));
+        };
+        let copied = py.allow_threads(|| {
+            // SAFETY: the PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
+            let slice = unsafe {
+                std::slice::from_raw_parts(body.buf_ptr() as *const u8, body.len_bytes())
+            };
+            Bytes::copy_from_slice(slice)
+        });
+        drop(body);
+        let _ = reply.send(HttpAnswer {
+            status,
+            content_type,
+            header_length,
+            body: copied,
+        }); // the client may have gone: nothing to tell it
+        Ok(())
+    }
+}
