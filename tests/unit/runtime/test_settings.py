@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ensemble_runtime.settings import ControlMode, GrpcFrontend, RuntimeSettings, parse_settings
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings, parse_settings
 
 
 def test_no_flags_gives_the_models_defaults() -> None:
@@ -31,6 +31,15 @@ def test_grpc_frontend_is_native_unless_grpcio_is_asked_for() -> None:
     assert settings.grpc_frontend is GrpcFrontend.NATIVE and settings.grpc_native_threads == 2
     with pytest.raises(SystemExit):
         parse_settings(["--grpc-frontend=other"])
+
+
+def test_http_frontend_is_native_unless_aiohttp_is_asked_for() -> None:
+    assert RuntimeSettings().http_frontend is HttpFrontend.NATIVE
+    assert parse_settings(["--http-frontend=aiohttp"]).http_frontend is HttpFrontend.AIOHTTP
+    settings = parse_settings(["--http-native-threads=2"])
+    assert settings.http_frontend is HttpFrontend.NATIVE and settings.http_native_threads == 2
+    with pytest.raises(SystemExit):
+        parse_settings(["--http-frontend=other"])
 
 
 def test_bad_flags_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
