@@ -13,8 +13,6 @@ pub mod stream;
 #[cfg(feature = "python")]
 mod py_core;
 #[cfg(feature = "python")]
-mod py_gil;
-#[cfg(feature = "python")]
 mod py_http;
 #[cfg(feature = "python")]
 mod py_request;

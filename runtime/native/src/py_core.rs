@@ -14,7 +14,6 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
-use crate::py_gil::sized;
 use crate::py_request::{parameter, request_view, InferRequestView};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
@@ -96,7 +95,7 @@ impl GrpcCore {
     /// Every call waiting now (one wake-up's batch), the GIL taken once for all of them: `Call`s, and for
     /// ModelStreamInfer a `StreamCall` when a stream opens and a `StreamFrame` per frame read from it.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let batch = self.core.queue.take(); // a short lock, never held with the GIL on the other side
+        let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
         for work in batch {
             let item = match work {
@@ -255,8 +254,7 @@ impl Call {
             parameters: params,
             outputs: tensors,
         };
-        let size = buffers.iter().map(|b| b.len_bytes()).sum();
-        let encoded = sized(py, size, || {
+        let encoded = py.allow_threads(|| {
             // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
             let slices: Vec<&[u8]> = buffers
                 .iter()

@@ -15,7 +15,6 @@ use pyo3::types::PyList;
 use crate::http::{
     serve, HttpAnswer, HttpConfig, HttpCore, HttpRunning, InferCall, Limit, Restriction,
 };
-use crate::py_gil::sized;
 use crate::py_request::WireBuffer;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -101,7 +100,7 @@ impl PyHttpCore {
 
     /// Every infer call waiting now (one wake-up's batch), the GIL taken once for all of them.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let batch = self.core.queue.take(); // a short lock, never held with the GIL on the other side
+        let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
         for call in batch {
             let InferCall {
@@ -196,7 +195,7 @@ impl HttpCall {
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
-        let copied = sized(py, body.len_bytes(), || {
+        let copied = py.allow_threads(|| {
             // SAFETY: the PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
             let slice = unsafe {
                 std::slice::from_raw_parts(body.buf_ptr() as *const u8, body.len_bytes())
