@@ -16,7 +16,8 @@ bench/results/perf_analyzer.json. perf_analyzer comes from tools/setup-perf-anal
 overrides the path), the peer from tools/setup-triton.sh.
 
     python bench/perf_analyzer.py [--repeats 3] [--interval-ms 2000] [--quick]
-    python bench/perf_analyzer.py --ours grpcio= --ours native=--grpc-frontend=native   # two of ours + Triton
+    python bench/perf_analyzer.py --ours grpcio=--grpc-frontend=grpcio --ours native=   # two of ours + Triton
+    python bench/perf_analyzer.py --protocol http --ours aiohttp=--http-frontend=aiohttp --ours native=
 """
 
 from __future__ import annotations
