@@ -152,7 +152,9 @@ class HttpCall:
     def size(self) -> int: ...
     @property
     def body(self) -> WireBuffer: ...
-    def reply(self, status: int, content_type: str, header_length: int | None, body: bytes) -> None: ...
+    def reply(self, status: int, content_type: str, header_length: int | None, parts: Sequence[bytes | NDArray[Any]]) -> None:
+        """The body is `parts` joined (each C-contiguous bytes: the JSON header, then binary outputs as
+        uint8 views), with the GIL released."""
 
 @final
 class HttpCore:

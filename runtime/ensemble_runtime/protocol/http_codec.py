@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from typing_extensions import Buffer
 
 from ensemble_runtime import dtypes
@@ -35,6 +36,7 @@ BINARY_CONTENT = "application/octet-stream"
 _INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 _FLOATS = frozenset({"FP16", "FP32", "FP64"})
 _DATATYPES = dtypes.WIRE_TYPES - {"BF16"}  # numpy has no bfloat16
+Chunk = bytes | npt.NDArray[np.uint8]  # a binary output: serialized BYTES, or an array's bytes as a uint8 view
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,13 +312,14 @@ def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
         ) from None
 
 
-def encode_infer_response(
+def encode_infer_parts(
     response: InferResponse, decoded: DecodedInfer, shm: SharedMemoryRegistry | None = None
-) -> tuple[bytes, int | None]:
-    """-> (body, JSON header length when binary outputs follow the header, else None). Outputs requested in
+) -> tuple[bytes, list[Chunk]]:
+    """-> (the JSON header, the binary outputs that follow it, in order: serialized BYTES, or the array's
+    bytes as a contiguous uint8 view, no copy when the array is contiguous already). Outputs requested in
     shared memory are written there and listed without data, as Triton does."""
     outputs: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
+    chunks: list[Chunk] = []
     in_shm = output_refs(decoded.request.output_parameters) if shm is not None else {}
     for name, array in response.outputs.items():
         wire = dtypes.numpy_to_wire(array.dtype)
@@ -324,7 +327,7 @@ def encode_infer_response(
         if shm is not None and name in in_shm:
             write_output(shm, in_shm[name], name, array)
         elif decoded.binary(name):
-            raw = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes()
+            raw: Chunk = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).reshape(-1).view(np.uint8)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
@@ -336,7 +339,14 @@ def encode_infer_response(
     if response.parameters:
         header["parameters"] = dict(response.parameters)
     header["outputs"] = outputs
-    head = dumps(header)
+    return dumps(header), chunks
+
+
+def encode_infer_response(
+    response: InferResponse, decoded: DecodedInfer, shm: SharedMemoryRegistry | None = None
+) -> tuple[bytes, int | None]:
+    """-> (body, JSON header length when binary outputs follow the header, else None)."""
+    head, chunks = encode_infer_parts(response, decoded, shm)
     if not chunks:
         return head, None
-    return b"".join([head, *chunks]), len(head)
+    return b"".join([head, *(c if isinstance(c, bytes) else c.tobytes() for c in chunks)]), len(head)

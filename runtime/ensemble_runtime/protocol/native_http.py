@@ -41,12 +41,12 @@ def _restriction(restrictions: Restrictions | None) -> tuple[str, str, bytes] | 
 
 
 def _fail(call: HttpCall, status: int, message: str) -> None:
-    call.reply(status, codec.JSON_CONTENT, None, codec.error_body(bounded(message)))
+    call.reply(status, codec.JSON_CONTENT, None, [codec.error_body(bounded(message))])
 
 
 async def answer_http_infer(call: HttpCall, dataplane: DataPlane) -> None:
     """What the aiohttp app's infer route does once it has the body: decode (in a thread when large), run,
-    encode; errors as its middleware answers them."""
+    encode (the JSON here, the binary outputs joined by the core); errors as its middleware answers them."""
     shm = dataplane.shared_memory
     try:
         decoded = await sized(
@@ -54,7 +54,7 @@ async def answer_http_infer(call: HttpCall, dataplane: DataPlane) -> None:
         )
         response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
         size = sum(int(array.nbytes) for array in response.outputs.values())
-        payload, header_length = await sized(size, codec.encode_infer_response, response, decoded, shm)
+        head, chunks = await sized(size, codec.encode_infer_parts, response, decoded, shm)
     except InferenceError as exc:
         _fail(call, status_codes.http_status(exc.code), exc.message)
         return
@@ -65,8 +65,10 @@ async def answer_http_infer(call: HttpCall, dataplane: DataPlane) -> None:
         log.exception("unexpected error in HTTP handler for POST /v2/models/%s/infer", call.model)
         _fail(call, status_codes.HTTP_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
         return
-    content_type = codec.JSON_CONTENT if header_length is None else codec.BINARY_CONTENT
-    call.reply(status_codes.HTTP_OK, content_type, header_length, payload)
+    if not chunks:
+        call.reply(status_codes.HTTP_OK, codec.JSON_CONTENT, None, [head])
+    else:  # the core joins header and tensors with the GIL released: the arrays are not copied here
+        call.reply(status_codes.HTTP_OK, codec.BINARY_CONTENT, len(head), [head, *chunks])
 
 
 class NativeHttpServer:

@@ -179,35 +179,42 @@ impl HttpCall {
         self.body.clone_ref(py)
     }
 
-    /// Answers: the status, the Content-Type, the JSON header's length when binary data follows it, the body.
-    #[pyo3(signature = (status, content_type, header_length, body))]
+    /// Answers: the status, the Content-Type, the JSON header's length when binary data follows it, and the
+    /// body as parts (C-contiguous buffers of bytes: the JSON header, then each binary output), joined here
+    /// with the GIL released.
+    #[pyo3(signature = (status, content_type, header_length, parts))]
     fn reply(
         &self,
         py: Python<'_>,
         status: u16,
         content_type: String,
         header_length: Option<usize>,
-        body: PyBuffer<u8>,
+        parts: Vec<PyBuffer<u8>>,
     ) -> PyResult<()> {
-        if !body.is_c_contiguous() {
-            return Err(PyValueError::new_err("the body is not contiguous"));
+        if parts.iter().any(|p| !p.is_c_contiguous()) {
+            return Err(PyValueError::new_err(
+                "a part of the body is not contiguous",
+            ));
         }
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
-        let copied = py.allow_threads(|| {
-            // SAFETY: the PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
-            let slice = unsafe {
-                std::slice::from_raw_parts(body.buf_ptr() as *const u8, body.len_bytes())
-            };
-            Bytes::copy_from_slice(slice)
+        let joined = py.allow_threads(|| {
+            let mut body = Vec::with_capacity(parts.iter().map(|p| p.len_bytes()).sum());
+            for part in &parts {
+                // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
+                body.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(part.buf_ptr() as *const u8, part.len_bytes())
+                });
+            }
+            Bytes::from(body)
         });
-        drop(body);
+        drop(parts);
         let _ = reply.send(HttpAnswer {
             status,
             content_type,
             header_length,
-            body: copied,
+            body: joined,
         }); // the client may have gone: nothing to tell it
         Ok(())
     }
