@@ -97,6 +97,7 @@ class NativeHttpServer:
         body, json = self._limits
         self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads)
         bound = self._core.start(address, port)
+        log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._core.fileno(), self._drain)
         return bound

@@ -9,8 +9,11 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import os
+import re
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -219,6 +222,23 @@ def test_a_silent_client_does_not_hold_the_port(servers: dict[str, RuntimeProces
     finally:
         for conn in idle:
             conn.close()
+
+
+def test_the_apps_socket_is_private_and_removed_at_exit(repository: Path) -> None:
+    proc = RuntimeProcess([repository], ["--model-control-mode=explicit", "--http-frontend=native"]).start()
+    try:
+        deadline = time.monotonic() + 60  # gRPC answers before the HTTP port is up: wait for its log line
+        while (found := re.search(r"routes it forwards go to (\S+)", proc.log_text())) is None:
+            assert time.monotonic() < deadline, proc.log_text()
+            time.sleep(0.05)
+        socket_path = Path(found.group(1))
+        directory = socket_path.parent
+        assert stat.S_ISSOCK(socket_path.stat().st_mode)
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, oct(directory.stat().st_mode)
+        assert directory.stat().st_uid == os.getuid()
+    finally:
+        assert proc.stop() == 0
+    assert not directory.exists()
 
 
 def test_sigterm_finishes_an_http_request_in_flight(repository: Path, tmp_path: Path) -> None:
