@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
+use crate::running::Running;
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 pub const JSON_CONTENT: &str = "application/json";
@@ -357,17 +358,12 @@ async fn handle(
     })
 }
 
-pub struct HttpRunning {
-    shutdown: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<()>,
-}
-
 /// Serves `listener` (already bound) from `runtime` until stopped.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<HttpCore>,
     listener: TcpListener,
-) -> std::io::Result<HttpRunning> {
+) -> std::io::Result<Running<()>> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -399,16 +395,7 @@ pub fn serve(
         drop(listener);
         graceful.shutdown().await;
     });
-    Ok(HttpRunning { shutdown, done })
-}
-
-impl HttpRunning {
-    /// Stops accepting; connections finish the request in flight, for up to `grace`.
-    pub fn stop(self, runtime: &tokio::runtime::Runtime, grace: Duration) {
-        let _ = self.shutdown.send(());
-        let done = self.done;
-        let _ = runtime.block_on(async move { tokio::time::timeout(grace, done).await });
-    }
+    Ok(Running::new(shutdown, done))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod http;
 pub mod messages;
 pub mod queue;
 pub mod restrict;
+pub mod running;
 pub mod service;
 pub mod stream;
 
@@ -16,6 +17,8 @@ mod py_core;
 mod py_http;
 #[cfg(feature = "python")]
 mod py_request;
+#[cfg(feature = "python")]
+mod py_serving;
 #[cfg(feature = "python")]
 mod py_stream;
 

@@ -2,9 +2,7 @@
 //! `Call` (one waiting call and the ways to answer it).
 
 use std::collections::HashMap;
-use std::net::{TcpListener, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -15,19 +13,15 @@ use tonic::{Code, Status};
 
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_request::{parameter, request_view, InferRequestView};
+use crate::py_serving::{lock, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
-use crate::service::{serve, Core, Reply, Running, Work, MODEL_INFER};
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::service::{serve, Core, Reply, Work, MODEL_INFER};
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
     core: Arc<Core>,
-    threads: usize,
-    state: Mutex<Option<(tokio::runtime::Runtime, Running)>>,
+    serving: Serving<Result<(), tonic::transport::Error>>,
 }
 
 #[pymethods]
@@ -55,8 +49,7 @@ impl GrpcCore {
         let core = Core::new(Restrictions::new(rules), max_message_bytes)?;
         Ok(Self {
             core: Arc::new(core),
-            threads: threads.max(1),
-            state: Mutex::new(None),
+            serving: Serving::new("grpc-core", "gRPC core", threads),
         })
     }
 
@@ -67,29 +60,11 @@ impl GrpcCore {
 
     /// Binds `address:port` and serves; returns the port bound (for port 0).
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
-        let mut state = lock(&self.state);
-        if state.is_some() {
-            return Err(PyRuntimeError::new_err("the gRPC core is already serving"));
-        }
-        let addr = (address, port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| PyValueError::new_err(format!("no address for {address}:{port}")))?;
         let core = self.core.clone();
-        let threads = self.threads;
-        let (runtime, running, bound) = py.allow_threads(move || -> std::io::Result<_> {
-            let listener = TcpListener::bind(addr)?;
-            let bound = listener.local_addr()?.port();
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .thread_name("grpc-core")
-                .enable_all()
-                .build()?;
-            let running = serve(&runtime, core, listener)?;
-            Ok((runtime, running, bound))
-        })?;
-        *state = Some((runtime, running));
-        Ok(bound)
+        self.serving
+            .start(py, address, port, move |runtime, listener| {
+                serve(runtime, core, listener)
+            })
     }
 
     /// Every call waiting now (one wake-up's batch), the GIL taken once for all of them: `Call`s, and for
@@ -141,13 +116,7 @@ impl GrpcCore {
     /// Stops taking connections and waits up to `grace` seconds for calls in flight (answer them meanwhile:
     /// run this off the event loop), then ends the core's threads.
     fn stop(&self, py: Python<'_>, grace: f64) {
-        let taken = lock(&self.state).take();
-        if let Some((runtime, running)) = taken {
-            py.allow_threads(move || {
-                running.stop(&runtime, Duration::from_secs_f64(grace.max(0.0)));
-                runtime.shutdown_timeout(Duration::from_millis(100));
-            });
-        }
+        self.serving.stop(py, grace);
     }
 }
 

@@ -1,10 +1,8 @@
 //! The Python face of the HTTP core: `HttpCore` (start, the wake-up descriptor, `take` a batch of infer calls,
 //! stop) and `HttpCall` (one waiting infer request and the way to answer it).
 
-use std::net::{TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -12,14 +10,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::http::{
-    serve, HttpAnswer, HttpConfig, HttpCore, HttpRunning, InferCall, Limit, Restriction,
-};
+use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Limit, Restriction};
 use crate::py_request::WireBuffer;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::py_serving::{lock, Serving};
 
 #[pyclass(
     name = "HttpCore",
@@ -28,8 +21,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 )]
 pub struct PyHttpCore {
     core: Arc<HttpCore>,
-    threads: usize,
-    state: Mutex<Option<(tokio::runtime::Runtime, HttpRunning)>>,
+    serving: Serving<()>,
 }
 
 #[pymethods]
@@ -61,8 +53,7 @@ impl PyHttpCore {
         };
         Ok(Self {
             core: Arc::new(HttpCore::new(config)?),
-            threads: threads.max(1),
-            state: Mutex::new(None),
+            serving: Serving::new("http-core", "HTTP core", threads),
         })
     }
 
@@ -73,29 +64,11 @@ impl PyHttpCore {
 
     /// Binds `address:port` and serves; returns the port bound (for port 0).
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
-        let mut state = lock(&self.state);
-        if state.is_some() {
-            return Err(PyRuntimeError::new_err("the HTTP core is already serving"));
-        }
-        let addr = (address, port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| PyValueError::new_err(format!("no address for {address}:{port}")))?;
         let core = self.core.clone();
-        let threads = self.threads;
-        let (runtime, running, bound) = py.allow_threads(move || -> std::io::Result<_> {
-            let listener = TcpListener::bind(addr)?;
-            let bound = listener.local_addr()?.port();
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .thread_name("http-core")
-                .enable_all()
-                .build()?;
-            let running = serve(&runtime, core, listener)?;
-            Ok((runtime, running, bound))
-        })?;
-        *state = Some((runtime, running));
-        Ok(bound)
+        self.serving
+            .start(py, address, port, move |runtime, listener| {
+                serve(runtime, core, listener)
+            })
     }
 
     /// Every infer call waiting now (one wake-up's batch), the GIL taken once for all of them.
@@ -127,13 +100,7 @@ impl PyHttpCore {
     /// Stops taking connections and waits up to `grace` seconds for requests in flight (answer them
     /// meanwhile: run this off the event loop), then ends the core's threads.
     fn stop(&self, py: Python<'_>, grace: f64) {
-        let taken = lock(&self.state).take();
-        if let Some((runtime, running)) = taken {
-            py.allow_threads(move || {
-                running.stop(&runtime, Duration::from_secs_f64(grace.max(0.0)));
-                runtime.shutdown_timeout(Duration::from_millis(100));
-            });
-        }
+        self.serving.stop(py, grace);
     }
 }
 

@@ -21,6 +21,7 @@ use tonic::{Response, Status};
 use crate::messages::ModelInferRequest;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
+use crate::running::Running;
 use crate::stream::{Frame, StreamHandler, StreamIds, StreamLink};
 
 pub const INFERENCE: &str = "inference.GRPCInferenceService";
@@ -268,18 +269,15 @@ macro_rules! named_service {
 named_service!(InferenceService, INFERENCE);
 named_service!(HealthService, HEALTH);
 
-/// A running server: `stop` ends it after in-flight calls finish (or `grace` passes).
-pub struct Running {
-    shutdown: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-}
+/// The gRPC server task.
+pub type GrpcRunning = Running<Result<(), tonic::transport::Error>>;
 
 /// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<Core>,
     listener: TcpListener,
-) -> std::io::Result<Running> {
+) -> std::io::Result<GrpcRunning> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
     let incoming =
@@ -291,15 +289,7 @@ pub fn serve(
     let done = runtime.spawn(router.serve_with_incoming_shutdown(incoming, async {
         let _ = signal.await;
     }));
-    Ok(Running { shutdown, done })
-}
-
-impl Running {
-    pub fn stop(self, runtime: &tokio::runtime::Runtime, grace: std::time::Duration) {
-        let _ = self.shutdown.send(());
-        let done = self.done;
-        let _ = runtime.block_on(async move { tokio::time::timeout(grace, done).await });
-    }
+    Ok(Running::new(shutdown, done))
 }
 
 #[cfg(test)]
