@@ -1,4 +1,7 @@
-"""Scheduling onto model instances: a shared queue, one worker per instance, optional dynamic batching."""
+"""Scheduling onto model instances: a shared queue, one worker per instance, optional dynamic batching.
+
+Without batching, a request takes a free instance in its own task; a single instance that queues calls itself
+(a python model's thread) is handed each request at once and runs them in order, one at a time."""
 
 from __future__ import annotations
 
@@ -6,11 +9,12 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import ModelInstance
+from ensemble_runtime.backends.base import ModelInstance, QueuingInstance, RunTimes
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
@@ -66,6 +70,9 @@ class Scheduler:
     _idle: list[ModelInstance] = field(default_factory=list)
     _slots: asyncio.Semaphore | None = None
     _waiting: int = 0
+    _queuing: QueuingInstance | None = None
+    _outstanding: int = 0  # calls handed to the queuing instance and not yet back
+    _drained: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
         if not self.policy.enabled:
@@ -73,6 +80,12 @@ class Scheduler:
             # task (no queue hand-off, no worker wake-up); wait on the semaphore when all are busy.
             self._idle = list(self.instances)
             self._slots = asyncio.Semaphore(len(self.instances))
+            only = self.instances[0] if len(self.instances) == 1 else None
+            if isinstance(only, QueuingInstance) and only.queues_calls():
+                # Its thread is the queue: the next execution starts as the last ends, with no round trip
+                # through the loop in between (a semaphore here would cost one per request).
+                self._queuing = only
+                self._drained.set()
             return
         for index, instance in enumerate(self.instances):
             task = asyncio.get_running_loop().create_task(
@@ -84,6 +97,8 @@ class Scheduler:
         """Run `request` on an instance; on success its execution's compute phases are added to `times`."""
         if self._closing:
             raise unavailable(f"model '{self.model}' is unloading")
+        if self._queuing is not None:
+            return await self._submit_queued(self._queuing, request, times)
         if self._slots is not None:
             return await self._submit_direct(request, times)
         if self.policy.max_queue_size and len(self._queue) >= self.policy.max_queue_size:
@@ -124,10 +139,38 @@ class Scheduler:
             self._idle.append(instance)
             self._slots.release()
 
+    async def _submit_queued(
+        self, instance: QueuingInstance, request: BackendRequest, times: ComputeTimes | None
+    ) -> dict[str, Tensor]:
+        """`_submit_direct` for an instance that queues calls itself: the same queue limit (the calls not yet
+        running) and statistics. Compute input is the time to its queue (the inputs made ready), queue time the
+        wait there, compute infer its run on the instance, compute output the way back."""
+        limit = self.policy.max_queue_size
+        if limit and self._outstanding > limit:  # one of them runs, the others wait: more than `limit` wait
+            raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
+        enqueued = time.perf_counter_ns()
+        ran = RunTimes()
+        self._outstanding += 1
+        self._drained.clear()
+        try:
+            result = (await self._execute(instance.execute_queued([request], ran), 1))[0]
+        finally:
+            self._outstanding -= 1
+            if not self._outstanding:
+                self._drained.set()
+        end = time.perf_counter_ns()
+        if not ran.started_ns:  # it never ran on the instance's thread
+            ran.queued_ns = ran.started_ns = enqueued
+            ran.ended_ns = end
+        compute = ComputeTimes(ran.queued_ns - enqueued, ran.ended_ns - ran.started_ns, end - ran.ended_ns)
+        return self._finish(request, result, ran.started_ns - ran.queued_ns, compute, times)
+
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
         self._closing = True
-        if self._slots is not None:
+        if self._queuing is not None:
+            await self._drained.wait()
+        elif self._slots is not None:
             for _ in self.instances:  # every instance back: nothing in flight any more
                 await self._slots.acquire()
         async with self._wakeup:
@@ -189,7 +232,7 @@ class Scheduler:
             return
         requests = [item.request for item in live]
         input_end = time.perf_counter_ns()
-        results = await self._execute(instance, requests)
+        results = await self._execute(instance.execute(requests), len(requests))
         output_start = time.perf_counter_ns()
         succeeded: list[_Pending] = []
         for item, result in zip(live, results, strict=True):
@@ -212,15 +255,22 @@ class Scheduler:
     ) -> dict[str, Tensor]:
         """`_run` for a request its caller took an instance for (no batching): the same phases and statistics,
         without the queue's bookkeeping (no deadline, no future to hand the result over)."""
-        batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
         start = time.perf_counter_ns()
         input_end = time.perf_counter_ns()
-        result = (await self._execute(instance, [request]))[0]
+        result = (await self._execute(instance.execute([request]), 1))[0]
         output_start = time.perf_counter_ns()
+        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
+        return self._finish(request, result, start - enqueued_ns, compute, times)
+
+    def _finish(
+        self, request: BackendRequest, result: BackendResult, queue_ns: int, compute: ComputeTimes,
+        times: ComputeTimes | None,
+    ) -> dict[str, Tensor]:
+        """One request's statistics (the execution's too: one request each) and its outputs or error."""
         if isinstance(result, BaseException) and not isinstance(result, ResponseError):
             raise result  # no success: no statistics here (the caller counts the failure)
-        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
-        self.stats.record_request(batch, start - enqueued_ns, compute)
+        batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
+        self.stats.record_request(batch, queue_ns, compute)
         if times is not None:
             times.add(compute)
         self.stats.record_execution(batch, compute, time.time_ns() // 1_000_000)
@@ -228,19 +278,19 @@ class Scheduler:
             raise result
         return result
 
-    async def _execute(self, instance: ModelInstance, requests: list[BackendRequest]) -> list[BackendResult]:
-        """One result per request: the instance's, or the error that stands for it when the backend fails."""
+    async def _execute(self, execution: Awaitable[list[BackendResult]], count: int) -> list[BackendResult]:
+        """One result per request of an `execute` call (`count` of them): the instance's, or the error that
+        stands for it when the backend fails."""
         try:
-            results = await instance.execute(requests)
+            results = await execution
         except Exception as exc:  # a backend bug must fail these requests, not the worker
-            return [exc] * len(requests)
+            return [exc] * count
         except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
             if must_propagate(exc):
                 raise
-            return [internal(f"model '{self.model}': execution raised {exc!r}")] * len(requests)
-        if len(results) != len(requests):
-            return [internal(f"model '{self.model}' returned {len(results)} responses for {len(requests)} requests")] \
-                * len(requests)
+            return [internal(f"model '{self.model}': execution raised {exc!r}")] * count
+        if len(results) != count:
+            return [internal(f"model '{self.model}' returned {len(results)} responses for {count} requests")] * count
         return results
 
     def _record(self, live: list[_Pending], succeeded: list[_Pending], start: int, compute: ComputeTimes) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -37,6 +37,30 @@ class ModelInstance(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class RunTimes:
+    """When an execution was queued on the instance (its inputs ready) and when it really ran
+    (`time.perf_counter_ns`), stamped by the instance; 0: not yet (it failed before, or its caller left)."""
+
+    queued_ns: int = 0
+    started_ns: int = 0
+    ended_ns: int = 0
+
+
+@runtime_checkable
+class QueuingInstance(ModelInstance, Protocol):
+    """An instance that can queue executions itself (a python model's own thread): `execute_queued` may be
+    called while earlier calls still run; they run one at a time, in the order of the calls."""
+
+    def queues_calls(self) -> bool:
+        """Whether `execute_queued` queues (it may depend on the model: not for one that runs on the loop)."""
+        ...
+
+    async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes) -> list[BackendResult]:
+        """`execute`, after the calls before it; `ran` gets when it ran on the instance."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

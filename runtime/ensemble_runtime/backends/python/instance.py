@@ -10,9 +10,11 @@ import inspect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ensemble_runtime.backends.base import RunTimes
 from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.decoupled import InferenceResponseSender
@@ -40,14 +42,18 @@ class ModelExitError(InferenceError):
         super().__init__(ErrorCode.INTERNAL, f"model '{model}' version {version}: {what} raised {exc!r}")
 
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]
+_Job = tuple[
+    asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...],
+    RunTimes | None,
+]
 
 
 class _Worker:
     """The instance's own thread: runs calls one at a time, in order, and hands results back to the loop.
 
     A plain SimpleQueue and `call_soon_threadsafe` instead of `run_in_executor`: no concurrent Future and no
-    future chaining per call (bench/hotpath.py).
+    future chaining per call (bench/hotpath.py). Calls queued while one runs start as soon as it ends, without
+    a round trip through the loop; a call given a RunTimes gets when it ran stamped into it.
     """
 
     def __init__(self, name: str) -> None:
@@ -56,9 +62,11 @@ class _Worker:
         self._thread.start()
 
     def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, fn: Callable[..., Any],
-               args: tuple[Any, ...]) -> asyncio.Future[Any]:
+               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
         future = loop.create_future()
-        self._jobs.put((loop, future, context, fn, args))
+        if ran is not None:
+            ran.queued_ns = time.perf_counter_ns()
+        self._jobs.put((loop, future, context, fn, args, ran))
         return future
 
     def shutdown(self) -> None:
@@ -70,13 +78,17 @@ class _Worker:
             job = self._jobs.get()
             if job is None:
                 return
-            loop, future, context, fn, args = job
+            loop, future, context, fn, args, ran = job
             if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
                 continue
+            if ran is not None:
+                ran.started_ns = time.perf_counter_ns()
             try:
                 result, ok = context.run(fn, *args), True
             except BaseException as exc:  # handed to the caller, like run_in_executor does
                 result, ok = exc, False
+            if ran is not None:
+                ran.ended_ns = time.perf_counter_ns()
             del job, fn, args
             with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
                 loop.call_soon_threadsafe(deliver, future, ok, result)
@@ -110,11 +122,12 @@ class PythonInstance:
         self._worker = _Worker(f"py-{instance_name}")
         self._closed = False
 
-    async def call(self, method: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, method: Callable[..., Any], *args: Any, ran: RunTimes | None = None) -> Any:
         """Call one of the model's methods where it belongs, with BLS pointed at this server; a BaseException
-        it raises (not our cancellation) comes back as a ModelExitError, before it can reach the event loop."""
+        it raises (not our cancellation) comes back as a ModelExitError, before it can reach the event loop.
+        `ran` gets when a call on the instance's thread ran."""
         try:
-            return await self._call(method, *args)
+            return await self._call(method, args, ran)
         except Exception:
             raise
         except BaseException as exc:
@@ -127,7 +140,7 @@ class PythonInstance:
         log.error("%s; contained, the server keeps running", error.message)
         return error
 
-    async def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+    async def _call(self, method: Callable[..., Any], args: tuple[Any, ...], ran: RunTimes | None) -> Any:
         if inspect.iscoroutinefunction(method):
             token = bls.BLS_TARGET.set(self._target)
             try:
@@ -136,17 +149,25 @@ class PythonInstance:
                 bls.BLS_TARGET.reset(token)
         context = contextvars.copy_context()
         context.run(bls.BLS_TARGET.set, self._target)
-        return await self._worker.submit(self._target.loop, context, method, args)
+        return await self._worker.submit(self._target.loop, context, method, args, ran)
 
     async def initialize(self, args: dict[str, str]) -> None:
         initialize = getattr(self._model, "initialize", None)
         if initialize is not None:
             await self.call(initialize, args)
 
-    async def _execute(self, pb_requests: list[InferenceRequest]) -> Any:
+    def queues_calls(self) -> bool:
+        """A synchronous `execute` of a model that is not decoupled runs on the instance's own thread, which
+        takes calls in order: they may be queued while one runs (the scheduler does, for a single instance)."""
+        return not self._inline and not self._decoupled and not inspect.iscoroutinefunction(self._model.execute)
+
+    async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes) -> list[BackendResult]:
+        return await self._execute_all(requests, ran)
+
+    async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None = None) -> Any:
         execute = self._model.execute
         if not self._inline or inspect.iscoroutinefunction(execute):
-            return await self.call(execute, pb_requests)
+            return await self.call(execute, pb_requests, ran=ran)
         token = bls.BLS_TARGET.set(self._target)
         try:
             return execute(pb_requests)
@@ -162,9 +183,12 @@ class PythonInstance:
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if self._decoupled:
             return await self._execute_decoupled(requests)
+        return await self._execute_all(requests, None)
+
+    async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
         pb_requests = [_incoming(request) for request in requests]
         try:
-            responses = await self._execute(pb_requests)
+            responses = await self._execute(pb_requests, ran)
         except ModelExitError as exc:
             return [exc] * len(requests)
         except Exception as exc:

@@ -1,0 +1,125 @@
+"""A single python instance queues calls on its own thread: the scheduler hands it each request at once, and
+it runs them in order, one at a time, with Triton's queue limit, statistics and unload (the real backend and
+its thread; the scheduler over it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from ensemble_runtime.backends.base import QueuingInstance
+from ensemble_runtime.errors import ErrorCode, InferenceError
+from ensemble_runtime.inference import BackendRequest, Tensor
+from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.stats import ModelStats
+
+from .conftest import Harness, Run
+
+
+def request(x: int, gate: Path | None = None) -> BackendRequest:
+    parameters: dict[str, Any] = {"gate": str(gate)} if gate is not None else {}
+    return BackendRequest({"X": np.array([x], dtype=np.int32)}, (), parameters=parameters)
+
+
+async def until(condition: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.001)
+
+
+def values(outputs: dict[str, Tensor]) -> tuple[int, int, int]:
+    return int(outputs["X_OUT"][0]), int(outputs["ORDER"][0]), int(outputs["ACTIVE"][0])
+
+
+def test_which_python_instances_queue_calls(run: Run) -> None:
+    """Only a synchronous, not decoupled, not inline execute runs on the instance's thread."""
+
+    async def body(h: Harness) -> None:
+        kinds = {name: (await h.load(name))[0] for name in ("queued", "async_add", "inline")}
+        queuing = {name: isinstance(i, QueuingInstance) and i.queues_calls() for name, i in kinds.items()}
+        assert queuing == {"queued": True, "async_add": False, "inline": False}
+
+    run(body)
+
+
+def test_calls_run_in_order_one_at_a_time_while_held(run: Run, tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        stats = ModelStats()
+        sched = Scheduler("queued", await h.load("queued"), BatchPolicy(), stats)
+        sched.start()
+        gate = tmp_path / "open"
+        submitted = time.perf_counter_ns()
+        first = asyncio.ensure_future(sched.submit(request(0, gate)))
+        rest = [asyncio.ensure_future(sched.submit(request(x))) for x in range(1, 6)]
+        await asyncio.sleep(0.05)
+        assert not first.done() and not any(r.done() for r in rest)  # all behind the held one
+        held_ns = time.perf_counter_ns() - submitted
+        gate.touch()
+        results = [values(r) for r in await asyncio.gather(first, *rest)]
+        assert results == [(x, x + 1, 1) for x in range(6)]  # in order of the calls, never two at once
+        assert stats.inference_count == stats.execution_count == 6
+        assert stats.queue.count == stats.compute_infer.count == 6
+        # The five behind the held one each waited in the queue for at least as long as it was held.
+        assert stats.queue.ns >= 5 * held_ns
+        await sched.close()
+
+    run(body)
+
+
+def test_queue_limit_counts_the_calls_waiting_behind_the_running_one(run: Run, tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        sched = Scheduler("queued", await h.load("queued"), BatchPolicy(max_queue_size=2), ModelStats())
+        sched.start()
+        gate = tmp_path / "open"
+        calls = [asyncio.ensure_future(sched.submit(request(x, gate))) for x in range(3)]  # 1 runs, 2 wait
+        await asyncio.sleep(0)
+        with pytest.raises(InferenceError, match="exceeds maximum queue size 2") as refused:
+            await sched.submit(request(9))
+        assert refused.value.code == ErrorCode.UNAVAILABLE
+        gate.touch()
+        assert [values(r)[0] for r in await asyncio.gather(*calls)] == [0, 1, 2]
+        assert values(await sched.submit(request(3)))[:2] == (3, 4)  # room again
+        await sched.close()
+
+    run(body)
+
+
+def test_a_failing_call_leaves_the_ones_behind_it_alone(run: Run) -> None:
+    async def body(h: Harness) -> None:
+        sched = Scheduler("queued", await h.load("queued"), BatchPolicy(), ModelStats())
+        sched.start()
+        broken = BackendRequest({"Y": np.array([1], dtype=np.int32)}, ())  # no X: execute raises
+        calls = [sched.submit(request(1)), sched.submit(broken), sched.submit(request(2))]
+        first, failed, last = await asyncio.gather(*calls, return_exceptions=True)
+        assert isinstance(failed, InferenceError) and failed.code == ErrorCode.INTERNAL
+        assert not isinstance(first, BaseException) and not isinstance(last, BaseException)
+        assert values(first)[0] == 1 and values(last)[0] == 2
+        await sched.close()
+
+    run(body)
+
+
+def test_unload_waits_for_queued_calls_then_finalizes(run: Run, repo: Path, tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        sched = Scheduler("queued", await h.load("queued"), BatchPolicy(), ModelStats())
+        sched.start()
+        gate = tmp_path / "open"
+        calls = [asyncio.ensure_future(sched.submit(request(x, gate))) for x in range(3)]
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(sched.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()
+        with pytest.raises(InferenceError, match="unloading"):
+            await sched.submit(request(9))
+        gate.touch()
+        assert [values(r)[0] for r in await asyncio.gather(*calls)] == [0, 1, 2]
+        await closing
+        await until((repo / "queued" / "finalized").exists)
+        assert (repo / "queued" / "finalized").read_text() == "3"  # finalize ran after the three
+
+    run(body)
