@@ -36,6 +36,7 @@ BINARY_CONTENT = "application/octet-stream"
 _INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 _FLOATS = frozenset({"FP16", "FP32", "FP64"})
 _DATATYPES = dtypes.WIRE_TYPES - {"BF16"}  # numpy has no bfloat16
+_PARAMETER_TYPES = (int, float, str)
 Chunk = bytes | npt.NDArray[np.uint8]  # a binary output: serialized BYTES, or an array's bytes as a uint8 view
 
 
@@ -54,7 +55,7 @@ class DecodedInfer:
 
 def dumps(obj: object) -> bytes:
     """Standard JSON (RFC 8259): ASCII, so safe for any str, even lone surrogates; never NaN or Infinity."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def error_body(message: str) -> bytes:
@@ -65,6 +66,12 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON value (send non-finite numbers as binary data)")
 
 
+# Built once: `json.dumps` / `json.loads` with options build a new encoder / decoder (and scanner) per call.
+# Neither keeps anything between calls.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def parse_json(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
     """A JSON object from a request body; an empty body is an empty object.
 
@@ -72,8 +79,9 @@ def parse_json(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]
     which Triton uses, calls that "Number too big"); too deep a nesting is a 400 as any other malformed body."""
     if not len(raw):
         return {}
-    try:
-        value = json.loads(bytes(raw), parse_constant=_refuse_constant)
+    data = bytes(raw)
+    try:  # what json.loads does with bytes: UTF-8, -16 or -32 as their first bytes tell
+        value = _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid(f"malformed JSON in {what}: {exc}") from None
     except RecursionError:
@@ -83,17 +91,22 @@ def parse_json(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]
     return value
 
 
-def _parameters(raw: object, where: str) -> dict[str, ParamValue]:
+def _parameters(raw: object, kind: str, name: str = "") -> dict[str, ParamValue]:
+    """The `parameters` object of the request (`kind` "the request") or of an input or output `name`."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise invalid(f"'parameters' of {where} must be a JSON object")
+        raise invalid(f"'parameters' of {_where(kind, name)} must be a JSON object")
     for key, value in raw.items():
-        if not isinstance(value, bool | int | float | str):
-            raise invalid(f"parameter {quote_name(key)} of {where} must be a string, number or boolean")
+        if not isinstance(value, _PARAMETER_TYPES):  # bool is an int
+            raise invalid(f"parameter {quote_name(key)} of {_where(kind, name)} must be a string, number or boolean")
         if isinstance(value, float) and not math.isfinite(value):
-            raise invalid(f"parameter {quote_name(key)} of {where}: number too big for a double")
+            raise invalid(f"parameter {quote_name(key)} of {_where(kind, name)}: number too big for a double")
     return dict(raw)
+
+
+def _where(kind: str, name: str) -> str:
+    return f"{kind} {quote_name(name)}" if name else kind
 
 
 def _shape(name: str, raw: object) -> tuple[int, ...]:
@@ -194,7 +207,10 @@ def _header_length(value: str | None, body_length: int) -> int:
 
 def _shm_ref(kind: str, name: str, params: dict[str, ParamValue], shm: SharedMemoryRegistry | None) -> ShmRef | None:
     """The shared memory a tensor's `shared_memory_*` parameters name (None: none); refused without a registry."""
-    if not any(key.startswith("shared_memory_") for key in params):
+    for key in params:
+        if key.startswith("shared_memory_"):
+            break
+    else:
         return None
     if shm is None:
         raise invalid(f"{kind} {quote_name(name)}: shared memory is not supported by this runtime")
@@ -214,7 +230,7 @@ def _input_tensor(
     if not isinstance(wire, str) or wire not in _DATATYPES:
         raise invalid(f"input {quote_name(name)} has unknown or unsupported datatype {quote_name(str(wire))}")
     shape = _shape(name, item.get("shape"))
-    params = _parameters(item.get("parameters"), f"input {quote_name(name)}")
+    params = _parameters(item.get("parameters"), "input", name)
     ref = _shm_ref("input", name, params, shm)
     if ref is not None and shm is not None:
         if "data" in item or "binary_data_size" in params:
@@ -248,7 +264,7 @@ def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, 
             raise invalid(f"outputs[{index}] has no 'name'")
         if name in requested:
             raise invalid(f"output {quote_name(name)} is requested more than once")
-        params = requested[name] = _parameters(item.get("parameters"), f"output {quote_name(name)}")
+        params = requested[name] = _parameters(item.get("parameters"), "output", name)
         ref = _shm_ref("output", name, params, shm)
         if ref is not None and shm is not None:
             check_output(shm, ref)
