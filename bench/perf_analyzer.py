@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from bench.common import write_json
 from bench.models import ONNX_MODEL, build_chain_repository, build_onnx_repository
-from bench.pa import report
+from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
 from bench.pa.report import TRITON
 from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
@@ -128,9 +128,10 @@ class Bench:
     """The servers (name -> process, all running), perf_analyzer, and how each run is made."""
 
     def __init__(self, binary: Path, servers: Mapping[str, ServerProcess], pinning: Pinning, interval_ms: int,
-                 repeats: int, stability: int) -> None:
+                 repeats: int, stability: int, per_thread: bool = False) -> None:
         self.binary, self.servers, self.pinning = binary, servers, pinning
         self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
+        self.per_thread = per_thread  # also sample each thread of our servers (bench.pa.threads)
 
     def args(self, protocol: str, concurrency: int) -> list[str]:
         return ["-i", protocol, "--concurrency-range", str(concurrency), "--measurement-interval",
@@ -143,12 +144,16 @@ class Bench:
 
     def run(self, name: str, model: str, protocol: str, concurrency: int) -> Run:
         server = self.servers[name]
+        sampled = self.per_thread and name != TRITON
         requests, cpu = self.success_count(name, model), tree_cpu_seconds(server.pid)
+        before = threads.sample(server.pid) if sampled else {}
         measured = run_perf_analyzer(self.binary, model, server_url(server, protocol),
                                      self.args(protocol, concurrency), prefix=self.pinning.client_prefix())
+        after = threads.sample(server.pid) if sampled else {}
         cpu, requests = tree_cpu_seconds(server.pid) - cpu, self.success_count(name, model) - requests
         ok = measured.returncode == 0 and requests > 0
-        return {
+        per_thread = {"threads": threads.per_request(server.pid, before, after, requests)} if sampled else {}
+        return {**per_thread,
             "ok": ok, "server_requests": requests, "server_cpu_s": round(cpu, 3),
             "throughput_rps": measured.throughput if ok else None, "p50_us": measured.p50_us if ok else None,
             "p99_us": measured.p99_us if ok else None,
@@ -217,6 +222,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True, help="the peer (on)")
     parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
                         help="the ONNX overhead point (on)")
+    parser.add_argument("--threads", action="store_true",
+                        help="per thread of ours: CPU and context switches per request (bench.pa.threads)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
     args = parser.parse_args(argv)
     args.interval_ms = args.interval_ms or (1000 if args.quick else 2000)
@@ -252,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name != TRITON else [])]:
                 server.wait_model_ready(model, 120)
-        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability)
+        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads)
         for model in models:
             for protocol in protocols:
                 for concurrency in levels:
@@ -260,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
                     print("\n".join(report.point_lines(f"{model} {protocol} c={concurrency}", point, list(servers))),
                           flush=True)
+                    for name in servers:  # the last run's threads, where sampled
+                        sampled = point[name]["samples"][-1].get("threads") if point[name]["samples"] else None
+                        if sampled:
+                            print("\n".join(threads.lines(name, sampled)), flush=True)
         if model_path is not None:
             for protocol in protocols:
                 onnx[protocol] = bench.onnx_point([c.name for c in configs], protocol, model_path,
