@@ -39,10 +39,10 @@ def test_pinning_defaults_to_two_cpus() -> None:
 
 
 @pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
-def test_quick_run_reports_http_cpu_and_onnx(tmp_path: Path) -> None:
+def test_quick_run_reports_http_cpu_threads_and_onnx(tmp_path: Path) -> None:
     out = tmp_path / "perf_analyzer.json"
     assert main(["--quick", "--interval-ms", "500", "--stability", "1000", "--no-triton", "--model", "add_one_0", "--concurrency", "2",
-                 "--ours", "a=", "--ours", "b=--allow-metrics=false", "--json", str(out)]) == 0
+                 "--ours", "a=", "--ours", "b=--allow-metrics=false", "--threads", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ours"] == {"a": [], "b": ["--allow-metrics=false"]}
     for protocol in ("grpc", "http"):
@@ -54,6 +54,8 @@ def test_quick_run_reports_http_cpu_and_onnx(tmp_path: Path) -> None:
             assert point[name]["throughput_rps"] > 0 and point[name]["cpu_ms_per_1000"] > 0
             assert point[name]["cpu_runs"] == 1
             assert point[name]["samples"][0]["server_requests"] > 0
+            main_thread = [t for t in point[name]["samples"][0]["threads"] if t["thread"] == "main"]
+            assert len(main_thread) == 1 and main_thread[0]["user_us"] + main_thread[0]["system_us"] > 0
             assert onnx[name]["runs_ok"] == 1, onnx[name]["errors"]
             assert onnx["overhead_us"][name] == pytest.approx(onnx[name]["p50_us"] - onnx["onnxruntime"]["p50_us"],
                                                                 abs=0.2)
