@@ -5,6 +5,7 @@ its thread; the scheduler over it)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from ensemble_runtime.backends.base import QueuingInstance
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, Tensor
+from ensemble_runtime.responses import ResponseChannel
 from ensemble_runtime.scheduler import BatchPolicy, Scheduler
 from ensemble_runtime.stats import ModelStats
 
@@ -37,12 +39,12 @@ def values(outputs: dict[str, Tensor]) -> tuple[int, int, int]:
 
 
 def test_which_python_instances_queue_calls(run: Run) -> None:
-    """Only a synchronous, not decoupled, not inline execute runs on the instance's thread."""
+    """Only a synchronous execute that is not inline runs on the instance's thread (decoupled or not)."""
 
     async def body(h: Harness) -> None:
-        kinds = {name: (await h.load(name))[0] for name in ("queued", "async_add", "inline")}
+        kinds = {name: (await h.load(name))[0] for name in ("queued", "queued_decoupled", "async_add", "inline")}
         queuing = {name: isinstance(i, QueuingInstance) and i.queues_calls() for name, i in kinds.items()}
-        assert queuing == {"queued": True, "async_add": False, "inline": False}
+        assert queuing == {"queued": True, "queued_decoupled": True, "async_add": False, "inline": False}
 
     run(body)
 
@@ -121,5 +123,25 @@ def test_unload_waits_for_queued_calls_then_finalizes(run: Run, repo: Path, tmp_
         await closing
         await until((repo / "queued" / "finalized").exists)
         assert (repo / "queued" / "finalized").read_text() == "3"  # finalize ran after the three
+
+    run(body)
+
+
+def test_a_decoupled_model_queues_calls_and_answers_each_through_its_channel(run: Run) -> None:
+    async def body(h: Harness) -> None:
+        stats = ModelStats()
+        sched = Scheduler("queued_decoupled", await h.load("queued_decoupled"), BatchPolicy(), stats)
+        sched.start()
+        loop = asyncio.get_running_loop()
+        channels = [ResponseChannel(loop) for _ in range(4)]
+        calls = [sched.submit(dataclasses.replace(request(x), responses=c)) for x, c in enumerate(channels)]
+        assert await asyncio.gather(*calls) == [{}] * 4  # each call ends when its execute returns
+        for x, channel in enumerate(channels):
+            items = [item async for item in channel.items()]
+            assert [item.final for item in items] == [False, True]
+            assert [values(item.outputs) for item in items if item.outputs is not None] == [
+                (x, x + 1, 1), (x + 100, x + 1, 1)]  # in order of the calls, never two at once
+        assert stats.execution_count == 4 and stats.queue.count == 4
+        await sched.close()
 
     run(body)

@@ -157,11 +157,14 @@ class PythonInstance:
             await self.call(initialize, args)
 
     def queues_calls(self) -> bool:
-        """A synchronous `execute` of a model that is not decoupled runs on the instance's own thread, which
-        takes calls in order: they may be queued while one runs (the scheduler does, for a single instance)."""
-        return not self._inline and not self._decoupled and not inspect.iscoroutinefunction(self._model.execute)
+        """A synchronous `execute` (not inline) runs on the instance's own thread, which takes calls in order:
+        they may be queued while one runs (the scheduler does, for a single instance). A decoupled model's
+        call ends when `execute` returns, as before; its responses go on through their channels."""
+        return not self._inline and not inspect.iscoroutinefunction(self._model.execute)
 
     async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes) -> list[BackendResult]:
+        if self._decoupled:
+            return await self._execute_decoupled(requests, ran)
         return await self._execute_all(requests, ran)
 
     async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None = None) -> Any:
@@ -207,7 +210,9 @@ class PythonInstance:
             return [failure] * len(requests)
         return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
 
-    async def _execute_decoupled(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+    async def _execute_decoupled(
+        self, requests: Sequence[BackendRequest], ran: RunTimes | None = None
+    ) -> list[BackendResult]:
         """Hand each request its response sender and run `execute`; the request's result is `{}` once
         `execute` returns (the instance is free again), its responses go through its channel. If `execute`
         fails or returns something other than None, every request not yet finished gets the error as its
@@ -222,7 +227,7 @@ class PythonInstance:
         pb_requests = [_incoming(request, sender) for request, sender in zip(requests, senders, strict=True)]
         error: InferenceError | None = None
         try:
-            returned = await self._execute(pb_requests)
+            returned = await self._execute(pb_requests, ran)
         except ModelExitError as exc:
             error = exc
         except Exception as exc:
