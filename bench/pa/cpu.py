@@ -6,13 +6,19 @@ import os
 from pathlib import Path
 
 
+def stat_fields(text: str) -> list[str]:
+    """The fields of a /proc `stat` file after the command name (field 3 onwards of stat(5)); the name itself
+    may hold spaces and parentheses, so it ends at the last ')'."""
+    return text.rsplit(")", 1)[1].split()
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (field 3 onwards), or None if it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return text.rsplit(")", 1)[1].split()
+    return stat_fields(text)
 
 
 def descendants(root: int) -> list[int]:

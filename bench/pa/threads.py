@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.pa.cpu import stat_fields
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadSample:
@@ -28,9 +30,8 @@ class ThreadSample:
 
 def parse_thread(stat: str, status: str) -> ThreadSample:
     """A thread's counters from the text of its /proc `stat` and `status` files (proc(5))."""
-    head, _, rest = stat.rpartition(")")
-    name = head.partition("(")[2]
-    fields = rest.split()  # field 3 of stat(5) onwards
+    name = stat.rpartition(")")[0].partition("(")[2]
+    fields = stat_fields(stat)
     counts = {key: int(value) for key, _, value in (line.partition(":") for line in status.splitlines())
               if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")}
     return ThreadSample(name, int(fields[11]), int(fields[12]), counts.get("voluntary_ctxt_switches", 0),
