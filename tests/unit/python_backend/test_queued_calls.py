@@ -42,9 +42,9 @@ def test_which_python_instances_queue_calls(run: Run) -> None:
     """Only a synchronous execute that is not inline runs on the instance's thread (decoupled or not)."""
 
     async def body(h: Harness) -> None:
-        kinds = {name: (await h.load(name))[0] for name in ("queued", "queued_decoupled", "async_add", "inline")}
+        kinds = {name: (await h.load(name))[0] for name in ("queued", "async_add", "inline")}
         queuing = {name: isinstance(i, QueuingInstance) and i.queues_calls() for name, i in kinds.items()}
-        assert queuing == {"queued": True, "queued_decoupled": True, "async_add": False, "inline": False}
+        assert queuing == {"queued": True, "async_add": False, "inline": False}
 
     run(body)
 
@@ -127,10 +127,15 @@ def test_unload_waits_for_queued_calls_then_finalizes(run: Run, repo: Path, tmp_
     run(body)
 
 
-def test_a_decoupled_model_queues_calls_and_answers_each_through_its_channel(run: Run) -> None:
+def test_a_decoupled_model_queues_calls_and_answers_each_through_its_channel(run: Run, repo: Path) -> None:
+    with (repo / "queued" / "config.pbtxt").open("a") as config:
+        config.write("model_transaction_policy { decoupled: true }\n")
+
     async def body(h: Harness) -> None:
         stats = ModelStats()
-        sched = Scheduler("queued_decoupled", await h.load("queued_decoupled"), BatchPolicy(), stats)
+        instances = await h.load("queued")
+        assert isinstance(instances[0], QueuingInstance) and instances[0].queues_calls()
+        sched = Scheduler("queued", instances, BatchPolicy(), stats)
         sched.start()
         loop = asyncio.get_running_loop()
         channels = [ResponseChannel(loop) for _ in range(4)]

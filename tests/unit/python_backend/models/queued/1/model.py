@@ -10,8 +10,9 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     """Echoes X with the order its execution started in and how many executions were running then; a request
-    with a `gate` parameter (a file path) is held until that file exists. `finalize` writes how many
-    executions had finished to <model repository>/finalized."""
+    with a `gate` parameter (a file path) is held until that file exists. Decoupled (when its config says so),
+    it answers each request twice through its sender: that response, then X + 100 with the final flag.
+    `finalize` writes how many executions had finished to <model repository>/finalized."""
 
     def initialize(self, args):
         self.lock = threading.Lock()
@@ -19,6 +20,7 @@ class TritonPythonModel:
         self.started = 0
         self.finished = 0
         self.repository = Path(args["model_repository"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
 
     def execute(self, requests):
         with self.lock:
@@ -33,16 +35,26 @@ class TritonPythonModel:
                 while gate and not os.path.exists(gate) and time.monotonic() < deadline:
                     time.sleep(0.001)
                 x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-                responses.append(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("X_OUT", x),
-                    pb_utils.Tensor("ORDER", np.array([order], dtype=np.int64)),
-                    pb_utils.Tensor("ACTIVE", np.array([active], dtype=np.int64)),
-                ]))
-            return responses
+                answers = [self._response(x, order, active)]
+                if self.decoupled:
+                    sender = request.get_response_sender()
+                    sender.send(answers[0])
+                    sender.send(self._response(x + 100, order, active),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                responses.extend(answers)
+            return None if self.decoupled else responses
         finally:
             with self.lock:
                 self.active -= 1
                 self.finished += 1
+
+    @staticmethod
+    def _response(x, order, active):
+        return pb_utils.InferenceResponse([
+            pb_utils.Tensor("X_OUT", x.astype(np.int32)),
+            pb_utils.Tensor("ORDER", np.array([order], dtype=np.int64)),
+            pb_utils.Tensor("ACTIVE", np.array([active], dtype=np.int64)),
+        ])
 
     def finalize(self):
         (self.repository / "finalized").write_text(str(self.finished))
