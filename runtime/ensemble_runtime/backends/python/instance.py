@@ -162,12 +162,13 @@ class PythonInstance:
         call ends when `execute` returns, as before; its responses go on through their channels."""
         return not self._inline and not inspect.iscoroutinefunction(self._model.execute)
 
-    async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes) -> list[BackendResult]:
+    async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
+        """`execute`; on the instance's thread, `ran` (where given) gets when it ran there."""
         if self._decoupled:
             return await self._execute_decoupled(requests, ran)
         return await self._execute_all(requests, ran)
 
-    async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None = None) -> Any:
+    async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None) -> Any:
         execute = self._model.execute
         if not self._inline or inspect.iscoroutinefunction(execute):
             return await self.call(execute, pb_requests, ran=ran)
@@ -184,9 +185,7 @@ class PythonInstance:
             bls.BLS_TARGET.reset(token)
 
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        if self._decoupled:
-            return await self._execute_decoupled(requests)
-        return await self._execute_all(requests, None)
+        return await self.execute_queued(requests, None)
 
     async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
         pb_requests = [_incoming(request) for request in requests]
@@ -210,9 +209,7 @@ class PythonInstance:
             return [failure] * len(requests)
         return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
 
-    async def _execute_decoupled(
-        self, requests: Sequence[BackendRequest], ran: RunTimes | None = None
-    ) -> list[BackendResult]:
+    async def _execute_decoupled(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
         """Hand each request its response sender and run `execute`; the request's result is `{}` once
         `execute` returns (the instance is free again), its responses go through its channel. If `execute`
         fails or returns something other than None, every request not yet finished gets the error as its
