@@ -1,7 +1,8 @@
 """Scheduling onto model instances: a shared queue, one worker per instance, optional dynamic batching.
 
-Without batching, a request takes a free instance in its own task; a single instance that queues calls itself
-(a python model's thread) is handed each request at once and runs them in order, one at a time."""
+Without batching, a request takes a free instance in its own task; instances that queue calls themselves (a
+python model's threads, which share one queue) are handed each request at once, and the first free instance
+runs the next, in the order of the calls."""
 
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ class Scheduler:
             # task (no queue hand-off, no worker wake-up); wait on the semaphore when all are busy.
             self._idle = list(self.instances)
             self._slots = asyncio.Semaphore(len(self.instances))
-            only = self.instances[0] if len(self.instances) == 1 else None
-            if isinstance(only, QueuingInstance) and only.queues_calls():
-                # Its thread is the queue: the next execution starts as the last ends, with no round trip
+            queuing = [i for i in self.instances if isinstance(i, QueuingInstance) and i.queues_calls()]
+            if len(queuing) == len(self.instances):
+                # Their threads are the queue: the next execution starts as one ends, with no round trip
                 # through the loop in between (a semaphore here would cost one per request).
-                self._queuing = only
+                self._queuing = queuing[0]
                 self._drained.set()
             return
         for index, instance in enumerate(self.instances):
@@ -142,11 +143,11 @@ class Scheduler:
     async def _submit_queued(
         self, instance: QueuingInstance, request: BackendRequest, times: ComputeTimes | None
     ) -> dict[str, Tensor]:
-        """`_submit_direct` for an instance that queues calls itself: the same queue limit (the calls not yet
-        running) and statistics. Compute input is the time to its queue (the inputs made ready), queue time the
-        wait there, compute infer its run on the instance, compute output the way back."""
+        """`_submit_direct` for instances that queue calls themselves: the same queue limit (the calls not yet
+        running) and statistics. Compute input is the time to their queue (the inputs made ready), queue time the
+        wait there, compute infer the run on an instance, compute output the way back."""
         limit = self.policy.max_queue_size
-        if limit and self._outstanding > limit:  # one of them runs, the others wait: more than `limit` wait
+        if limit and self._outstanding >= limit + len(self.instances):  # one runs per instance, `limit` wait
             raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
         enqueued = time.perf_counter_ns()
         ran = RunTimes()

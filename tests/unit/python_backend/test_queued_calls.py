@@ -1,6 +1,6 @@
-"""A single python instance queues calls on its own thread: the scheduler hands it each request at once, and
-it runs them in order, one at a time, with Triton's queue limit, statistics and unload (the real backend and
-its thread; the scheduler over it)."""
+"""Python instances queue calls on their own threads: the scheduler hands them each request at once. One instance
+runs them in order, one at a time; several share one queue and a free one takes the next. With Triton's queue
+limit, statistics and unload (the real backend and its threads; the scheduler over them)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,15 @@ def request(x: int, gate: Path | None = None) -> BackendRequest:
     return BackendRequest({"X": np.array([x], dtype=np.int32)}, (), parameters=parameters)
 
 
-async def until(condition: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
+def finalized(repo: Path) -> list[str]:
+    """What each instance's finalize wrote: executions it finished, and whether it ran on the thread that ran
+    initialize."""
+    return [path.read_text() for path in sorted((repo / "queued").glob("finalized-*"))]
+
+
+def with_instances(repo: Path, count: int) -> None:
+    config = repo / "queued" / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1", f"count: {count}"))
 
 
 def values(outputs: dict[str, Tensor]) -> tuple[int, int, int]:
@@ -73,19 +77,25 @@ def test_calls_run_in_order_one_at_a_time_while_held(run: Run, tmp_path: Path) -
     run(body)
 
 
-def test_queue_limit_counts_the_calls_waiting_behind_the_running_one(run: Run, tmp_path: Path) -> None:
+@pytest.mark.parametrize("instances", [1, 2])
+def test_queue_limit_counts_the_calls_waiting_for_an_instance(
+    run: Run, repo: Path, tmp_path: Path, instances: int
+) -> None:
+    """With a limit of 2, two calls may wait behind those running (one per instance); one more is refused."""
+    with_instances(repo, instances)
+
     async def body(h: Harness) -> None:
         sched = Scheduler("queued", await h.load("queued"), BatchPolicy(max_queue_size=2), ModelStats())
         sched.start()
         gate = tmp_path / "open"
-        calls = [asyncio.ensure_future(sched.submit(request(x, gate))) for x in range(3)]  # 1 runs, 2 wait
+        calls = [asyncio.ensure_future(sched.submit(request(x, gate))) for x in range(instances + 2)]
         await asyncio.sleep(0)
         with pytest.raises(InferenceError, match="exceeds maximum queue size 2") as refused:
             await sched.submit(request(9))
         assert refused.value.code == ErrorCode.UNAVAILABLE
         gate.touch()
-        assert [values(r)[0] for r in await asyncio.gather(*calls)] == [0, 1, 2]
-        assert values(await sched.submit(request(3)))[:2] == (3, 4)  # room again
+        assert [values(r)[0] for r in await asyncio.gather(*calls)] == list(range(instances + 2))
+        assert values(await sched.submit(request(7)))[0] == 7  # room again
         await sched.close()
 
     run(body)
@@ -121,8 +131,7 @@ def test_unload_waits_for_queued_calls_then_finalizes(run: Run, repo: Path, tmp_
         gate.touch()
         assert [values(r)[0] for r in await asyncio.gather(*calls)] == [0, 1, 2]
         await closing
-        await until((repo / "queued" / "finalized").exists)
-        assert (repo / "queued" / "finalized").read_text() == "3"  # finalize ran after the three
+        assert finalized(repo) == ["3 True"]  # after the three, on the instance's own thread
 
     run(body)
 
@@ -148,5 +157,30 @@ def test_a_decoupled_model_queues_calls_and_answers_each_through_its_channel(run
                 (x, x + 1, 1), (x + 100, x + 1, 1)]  # in order of the calls, never two at once
         assert stats.execution_count == 4 and stats.queue.count == 4
         await sched.close()
+
+    run(body)
+
+
+def test_with_several_instances_a_free_one_takes_the_next_call(run: Run, repo: Path, tmp_path: Path) -> None:
+    """Two instances share one queue: while one is held, the other runs every call behind it, in order."""
+    with_instances(repo, 2)
+
+    async def body(h: Harness) -> None:
+        stats = ModelStats()
+        instances = await h.load("queued")
+        assert len(instances) == 2
+        assert all(isinstance(i, QueuingInstance) and i.queues_calls() for i in instances)
+        sched = Scheduler("queued", instances, BatchPolicy(), stats)
+        sched.start()
+        gate = tmp_path / "open"
+        held = asyncio.ensure_future(sched.submit(request(0, gate)))
+        rest = [values(r) for r in await asyncio.gather(*(sched.submit(request(x)) for x in range(1, 6)))]
+        assert not held.done()  # the five ran on the other instance, around the held one
+        assert rest == [(x, x, 1) for x in range(1, 6)]  # its executions 1..5, one at a time
+        gate.touch()
+        assert values(await held) == (0, 1, 1)  # the first execution of the held instance
+        assert stats.execution_count == 6 and stats.queue.count == 6
+        await sched.close()
+        assert sorted(finalized(repo)) == ["1 True", "5 True"]  # each instance's finalize on its own thread
 
     run(body)

@@ -14,6 +14,7 @@ from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
 from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
 from ensemble_runtime.backends.python.loader import ModelModule, load_model_module
+from ensemble_runtime.backends.python.threads import CallQueue
 from ensemble_runtime.config import paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.dtypes import config_to_wire
@@ -72,12 +73,13 @@ class PythonBackend:
         output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
+        calls = CallQueue()  # the version's: a free instance takes the next execution
         inline = execute_inline(config)
         try:
             for slot in slots:
                 model = model_class()
                 instances.append(
-                    PythonInstance(model, config.name, slot.name, target, output_types, release, inline=inline,
+                    PythonInstance(model, config.name, slot.name, target, output_types, release, calls, inline=inline,
                                    version=context.version, decoupled=config.model_transaction_policy.decoupled)
                 )
         except BaseException as exc:

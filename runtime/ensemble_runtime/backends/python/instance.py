@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
 import functools
 import inspect
 import logging
-import queue
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ensemble_runtime.backends.base import RunTimes
-from ensemble_runtime.backends.handoff import deliver
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.decoupled import InferenceResponseSender
 from ensemble_runtime.backends.python.pb_types import error_code_of
@@ -25,13 +19,13 @@ from ensemble_runtime.backends.python.pb_utils import (
     Tensor,
     TritonModelException,
 )
+from ensemble_runtime.backends.python.threads import CallQueue, InstanceThread
 from ensemble_runtime.dtypes import numpy_to_wire
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate
 from ensemble_runtime.inference import BackendRequest, BackendResult
 from ensemble_runtime.responses import StreamItem
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class ModelExitError(InferenceError):
@@ -40,59 +34,6 @@ class ModelExitError(InferenceError):
 
     def __init__(self, model: str, version: int, what: str, exc: BaseException) -> None:
         super().__init__(ErrorCode.INTERNAL, f"model '{model}' version {version}: {what} raised {exc!r}")
-
-
-_Job = tuple[
-    asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...],
-    RunTimes | None,
-]
-
-
-class _Worker:
-    """The instance's own thread: runs calls one at a time, in order, and hands results back to the loop.
-
-    A plain SimpleQueue and `call_soon_threadsafe` instead of `run_in_executor`: no concurrent Future and no
-    future chaining per call (bench/hotpath.py). Calls queued while one runs start as soon as it ends, without
-    a round trip through the loop; a call given a RunTimes gets when it ran stamped into it.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, fn: Callable[..., Any],
-               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
-        future = loop.create_future()
-        if ran is not None:
-            ran.queued_ns = time.perf_counter_ns()
-        self._jobs.put((loop, future, context, fn, args, ran))
-        return future
-
-    def shutdown(self) -> None:
-        """Let the calls already queued finish, then end the thread (without waiting for it)."""
-        self._jobs.put(None)
-
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            loop, future, context, fn, args, ran = job
-            if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
-                continue
-            if ran is not None:
-                ran.started_ns = time.perf_counter_ns()
-            try:
-                result, ok = context.run(fn, *args), True
-            except BaseException as exc:  # handed to the caller, like run_in_executor does
-                result, ok = exc, False
-            if ran is not None:
-                ran.ended_ns = time.perf_counter_ns()
-            del job, fn, args
-            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
-                loop.call_soon_threadsafe(deliver, future, ok, result)
-            del future, result
 
 
 class PythonInstance:
@@ -106,6 +47,7 @@ class PythonInstance:
         target: bls.BlsTarget,
         output_types: Mapping[str, str],
         on_close: Callable[[], None],
+        calls: CallQueue,
         *,
         inline: bool = False,
         version: int = 0,
@@ -119,59 +61,71 @@ class PythonInstance:
         self._target = target
         self._output_types = dict(output_types)  # output name -> wire type, where the config declares one
         self._on_close = on_close
-        self._worker = _Worker(f"py-{instance_name}")
+        self._calls = calls  # the version's: an execution any of its instances may run
+        self._thread = InstanceThread(f"py-{instance_name}", model, calls)
         self._closed = False
 
-    async def call(self, method: Callable[..., Any], *args: Any, ran: RunTimes | None = None) -> Any:
-        """Call one of the model's methods where it belongs, with BLS pointed at this server; a BaseException
+    async def call(self, method: str, *args: Any, ran: RunTimes | None = None, anywhere: bool = False) -> Any:
+        """Call the model's method `method` where it belongs, with BLS pointed at this server; a BaseException
         it raises (not our cancellation) comes back as a ModelExitError, before it can reach the event loop.
-        `ran` gets when a call on the instance's thread ran."""
+        A synchronous method runs on this instance's thread, or with `anywhere` on the first free instance of
+        the version (the same method of that instance's model); `ran` gets when it ran there."""
         try:
-            return await self._call(method, args, ran)
+            return await self._call(method, args, ran, anywhere)
         except Exception:
             raise
         except BaseException as exc:
             if must_propagate(exc):
                 raise
-            raise self._contained(getattr(method, "__name__", "model code"), exc) from None
+            raise self._contained(method, exc) from None
 
     def _contained(self, what: str, exc: BaseException) -> ModelExitError:
         error = ModelExitError(self._name, self._version, what, exc)
         log.error("%s; contained, the server keeps running", error.message)
         return error
 
-    async def _call(self, method: Callable[..., Any], args: tuple[Any, ...], ran: RunTimes | None) -> Any:
-        if inspect.iscoroutinefunction(method):
+    async def _call(self, method: str, args: tuple[Any, ...], ran: RunTimes | None, anywhere: bool) -> Any:
+        bound = getattr(self._model, method)
+        if inspect.iscoroutinefunction(bound):
             token = bls.BLS_TARGET.set(self._target)
             try:
-                return await method(*args)
+                return await bound(*args)
             finally:
                 bls.BLS_TARGET.reset(token)
         context = contextvars.copy_context()
         context.run(bls.BLS_TARGET.set, self._target)
-        return await self._worker.submit(self._target.loop, context, method, args, ran)
+        where = self._calls if anywhere else self._thread
+        return await where.submit(self._target.loop, context, method, args, ran)
 
     async def initialize(self, args: dict[str, str]) -> None:
-        initialize = getattr(self._model, "initialize", None)
-        if initialize is not None:
-            await self.call(initialize, args)
+        if getattr(self._model, "initialize", None) is not None:
+            await self.call("initialize", args)
 
     def queues_calls(self) -> bool:
-        """A synchronous `execute` (not inline) runs on the instance's own thread, which takes calls in order:
-        they may be queued while one runs (the scheduler does, for a single instance). A decoupled model's
-        call ends when `execute` returns, as before; its responses go on through their channels."""
+        """A synchronous `execute` (not inline) runs on an instance's own thread, and every instance of the
+        version takes calls from one queue: `execute_queued` on any of them may be called while others run,
+        and the first free instance takes the next. A decoupled model's call ends when `execute` returns, as
+        before; its responses go on through their channels."""
         return not self._inline and not inspect.iscoroutinefunction(self._model.execute)
 
     async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
-        """`execute`; on the instance's thread, `ran` (where given) gets when it ran there."""
-        if self._decoupled:
-            return await self._execute_decoupled(requests, ran)
-        return await self._execute_all(requests, ran)
+        """`execute` on the first free instance of the version; `ran` gets when it ran there."""
+        return await self._execute_on(requests, ran, anywhere=True)
 
-    async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None) -> Any:
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """`execute` on this instance."""
+        return await self._execute_on(requests, None, anywhere=False)
+
+    async def _execute_on(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
+                          anywhere: bool) -> list[BackendResult]:
+        if self._decoupled:
+            return await self._execute_decoupled(requests, ran, anywhere)
+        return await self._execute_all(requests, ran, anywhere)
+
+    async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None, anywhere: bool) -> Any:
         execute = self._model.execute
         if not self._inline or inspect.iscoroutinefunction(execute):
-            return await self.call(execute, pb_requests, ran=ran)
+            return await self.call("execute", pb_requests, ran=ran, anywhere=anywhere)
         token = bls.BLS_TARGET.set(self._target)
         try:
             return execute(pb_requests)
@@ -184,13 +138,11 @@ class PythonInstance:
         finally:
             bls.BLS_TARGET.reset(token)
 
-    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        return await self.execute_queued(requests, None)
-
-    async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
+    async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
+                           anywhere: bool) -> list[BackendResult]:
         pb_requests = [_incoming(request) for request in requests]
         try:
-            responses = await self._execute(pb_requests, ran)
+            responses = await self._execute(pb_requests, ran, anywhere)
         except ModelExitError as exc:
             return [exc] * len(requests)
         except Exception as exc:
@@ -209,7 +161,8 @@ class PythonInstance:
             return [failure] * len(requests)
         return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
 
-    async def _execute_decoupled(self, requests: Sequence[BackendRequest], ran: RunTimes | None) -> list[BackendResult]:
+    async def _execute_decoupled(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
+                                 anywhere: bool) -> list[BackendResult]:
         """Hand each request its response sender and run `execute`; the request's result is `{}` once
         `execute` returns (the instance is free again), its responses go through its channel. If `execute`
         fails or returns something other than None, every request not yet finished gets the error as its
@@ -224,7 +177,7 @@ class PythonInstance:
         pb_requests = [_incoming(request, sender) for request, sender in zip(requests, senders, strict=True)]
         error: InferenceError | None = None
         try:
-            returned = await self._execute(pb_requests, ran)
+            returned = await self._execute(pb_requests, ran, anywhere)
         except ModelExitError as exc:
             error = exc
         except Exception as exc:
@@ -302,21 +255,20 @@ class PythonInstance:
         """Drop an instance whose `initialize` failed, without calling `finalize`."""
         if not self._closed:
             self._closed = True
-            self._worker.shutdown()
+            self._thread.shutdown()
             self._on_close()
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        finalize = getattr(self._model, "finalize", None)
         try:
-            if finalize is not None:
-                await self.call(finalize)
+            if getattr(self._model, "finalize", None) is not None:
+                await self.call("finalize")
         except Exception:
             log.exception("model '%s': finalize() failed", self._name)
         finally:
-            self._worker.shutdown()
+            self._thread.shutdown()
             self._on_close()
 
 

@@ -12,7 +12,8 @@ class TritonPythonModel:
     """Echoes X with the order its execution started in and how many executions were running then; a request
     with a `gate` parameter (a file path) is held until that file exists. Decoupled (when its config says so),
     it answers each request twice through its sender: that response, then X + 100 with the final flag.
-    `finalize` writes how many executions had finished to <model repository>/finalized."""
+    `finalize` writes how many executions this instance had finished, and the thread it ran on, to
+    <model repository>/finalized-<instance name>; counts are per instance."""
 
     def initialize(self, args):
         self.lock = threading.Lock()
@@ -20,6 +21,8 @@ class TritonPythonModel:
         self.started = 0
         self.finished = 0
         self.repository = Path(args["model_repository"])
+        self.instance = args["model_instance_name"]
+        self.thread = threading.current_thread().name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
 
     def execute(self, requests):
@@ -57,4 +60,5 @@ class TritonPythonModel:
         ])
 
     def finalize(self):
-        (self.repository / "finalized").write_text(str(self.finished))
+        same = threading.current_thread().name == self.thread
+        (self.repository / f"finalized-{self.instance}").write_text(f"{self.finished} {same}")

@@ -1,0 +1,143 @@
+"""The threads a python model version runs on: one per instance, bound to that instance's model object.
+
+A call for one instance (`initialize`, `finalize`, an execution the scheduler gave that instance) goes to its
+thread. A call for the version (`CallQueue.submit`: any instance may run it) goes to the first idle thread, or
+waits in the version's queue, which a thread drains as it frees up (Triton: a free instance takes the next
+request). Either way no call makes a round trip through the event loop to start: each thread hands its
+results back with `call_soon_threadsafe` and goes on to the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, NamedTuple
+
+from ensemble_runtime.backends.base import RunTimes
+from ensemble_runtime.backends.handoff import deliver
+
+
+class _Job(NamedTuple):
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    context: contextvars.Context
+    method: str  # the name of the model's method to call, on the model of the thread that runs it
+    args: tuple[Any, ...]
+    ran: RunTimes | None
+    shared: bool  # from the version's queue: the thread was taken off the idle list for it
+
+
+def _job(loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str, args: tuple[Any, ...],
+         ran: RunTimes | None, shared: bool) -> _Job:
+    if ran is not None:
+        ran.queued_ns = time.perf_counter_ns()
+    return _Job(loop, loop.create_future(), context, method, args, ran, shared)
+
+
+class CallQueue:
+    """One model version's queue of calls that any of its instance threads may run, and its idle threads.
+
+    A thread is on the idle list exactly when it has nothing from this queue to do: `next_for` either gives it
+    the next waiting call or lists it, under one lock, so a call never waits while a thread sleeps."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: deque[_Job] = deque()
+        self._idle: list[InstanceThread] = []
+        self._left: set[InstanceThread] = set()
+
+    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
+               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
+        """Call `method(*args)` on the model of the first free instance; `ran` gets when it ran there."""
+        job = _job(loop, context, method, args, ran, shared=True)
+        with self._lock:
+            thread = self._idle.pop() if self._idle else None
+            if thread is None:
+                self._waiting.append(job)
+        if thread is not None:
+            thread.put(job)
+        return job.future
+
+    def next_for(self, thread: InstanceThread) -> _Job | None:
+        """The next waiting call for `thread`, or None after listing it as idle (unless it left)."""
+        with self._lock:
+            if self._waiting:
+                return self._waiting.popleft()
+            if thread not in self._left:
+                self._idle.append(thread)
+            return None
+
+    def join(self, thread: InstanceThread) -> None:
+        """A new thread, idle."""
+        with self._lock:
+            self._idle.append(thread)
+
+    def leave(self, thread: InstanceThread) -> None:
+        """`thread` takes no more calls from this queue (it may be finishing one: it is not listed again)."""
+        with self._lock:
+            self._left.add(thread)
+            with contextlib.suppress(ValueError):
+                self._idle.remove(thread)
+
+
+class InstanceThread:
+    """One instance's own thread: runs its calls one at a time, then the version's waiting calls, and hands
+    each result back to the loop."""
+
+    def __init__(self, name: str, model: Any, calls: CallQueue) -> None:
+        self._model = model
+        self._calls = calls
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        calls.join(self)  # idle from the start (its own calls come through `submit`)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
+               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
+        """Call `method(*args)` on this instance's model, after the calls before it."""
+        job = _job(loop, context, method, args, ran, shared=False)
+        self._jobs.put(job)
+        return job.future
+
+    def put(self, job: _Job) -> None:
+        self._jobs.put(job)
+
+    def shutdown(self) -> None:
+        """Take nothing more from the version's queue; let the calls already here finish, then end the thread
+        (without waiting for it)."""
+        self._calls.leave(self)
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            shared = job.shared
+            self._do(job)
+            del job
+            if shared:  # taken off the idle list for it: serve the version's queue until it is empty
+                while (waiting := self._calls.next_for(self)) is not None:
+                    self._do(waiting)
+                    del waiting
+
+    def _do(self, job: _Job) -> None:
+        loop, future, context, method, args, ran, _ = job
+        if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
+            return
+        if ran is not None:
+            ran.started_ns = time.perf_counter_ns()
+        try:
+            result, ok = context.run(getattr(self._model, method), *args), True
+        except BaseException as exc:  # handed to the caller, like run_in_executor does
+            result, ok = exc, False
+        if ran is not None:
+            ran.ended_ns = time.perf_counter_ns()
+        del job, args
+        with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
+            loop.call_soon_threadsafe(deliver, future, ok, result)

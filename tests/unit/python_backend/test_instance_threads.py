@@ -1,0 +1,89 @@
+"""The threads of a python model version: a call for the version goes to the first idle instance thread or waits
+for one; a call for one instance runs on its thread; a thread that left takes nothing more (real threads and a
+real event loop; plain objects stand in for the models)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+from ensemble_runtime.backends.base import RunTimes
+from ensemble_runtime.backends.python.threads import CallQueue, InstanceThread
+
+
+class Model:
+    """Records which thread ran each call; `hold` blocks until the event is set."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ran: list[str] = []
+
+    def hold(self, event: threading.Event, tag: str) -> str:
+        assert event.wait(60), "never released"
+        self.ran.append(tag)
+        return f"{self.name}:{tag}:{threading.current_thread().name}"
+
+    def fail(self) -> None:
+        raise SystemExit(3)
+
+
+def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        calls = CallQueue()
+        models = [Model("a"), Model("b")]
+        threads = [InstanceThread(f"t-{m.name}", m, calls) for m in models]
+        first, second, later = threading.Event(), threading.Event(), threading.Event()
+        ran = RunTimes()
+        held = [calls.submit(loop, contextvars.copy_context(), "hold", (first, "1")), calls.submit(loop, contextvars.copy_context(), "hold", (second, "2"))]
+        waiting = calls.submit(loop, contextvars.copy_context(), "hold", (later, "3"), ran)
+        later.set()  # free to run, but both threads are busy: it waits in the queue
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and ran.started_ns == 0 and ran.queued_ns > 0
+        second.set()  # the thread that ran "2" frees up and takes "3" next
+        done = [await held[1], await waiting]
+        assert done[0].split(":")[0] == done[1].split(":")[0]  # the same instance ran both
+        assert done[1].endswith(f"t-{done[1][0]}") and ran.ended_ns >= ran.started_ns > 0
+        first.set()
+        assert (await held[0]).split(":")[0] != done[0].split(":")[0]  # the other instance
+        for thread in threads:
+            thread.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        calls = CallQueue()
+        model = Model("a")
+        thread = InstanceThread("t-a", model, calls)
+        event = threading.Event()
+        event.set()
+        assert await thread.submit(loop, contextvars.copy_context(), "hold", (event, "x")) == "a:x:t-a"
+        try:
+            await thread.submit(loop, contextvars.copy_context(), "fail", ())
+        except SystemExit as exc:  # handed to the caller, as run_in_executor does
+            assert exc.code == 3
+        else:
+            raise AssertionError("the model's SystemExit did not come back")
+        thread.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_thread_that_left_takes_no_more_calls() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        calls = CallQueue()
+        gone, staying = Model("gone"), Model("staying")
+        leaving = InstanceThread("t-gone", gone, calls)
+        InstanceThread("t-staying", staying, calls)
+        leaving.shutdown()
+        event = threading.Event()
+        event.set()
+        results = await asyncio.gather(*(calls.submit(loop, contextvars.copy_context(), "hold", (event, str(i))) for i in range(4)))
+        assert all(r.startswith("staying:") for r in results) and gone.ran == []
+
+    asyncio.run(main())
