@@ -1,10 +1,12 @@
 """NVIDIA's perf_analyzer against our runtime (one or more configurations) and the real Triton, side by side.
 
 Workloads from bench/models: `add_one_0` (a `simple`-like python model: FP32 [16] in, +1 out) and `chain2` (a
-2-step python ensemble of it), over gRPC and HTTP, at concurrency 1 and 16, perf_analyzer in its default sync
-mode without `-x` (so it reads the servers' statistics, the composing models' too); and `add_sub`, a small ONNX
-model, on ours only (the peer has no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's
-`InferenceSession.run` called directly in a process pinned like the server: the p50 difference is our overhead.
+2-step python ensemble of it), and on request (`--model`) `add_one_x2` (add_one with two instances) and
+`add_one_stream` (add_one, decoupled: one response, then the final flag; gRPC with `--streaming` only), over
+gRPC and HTTP, at concurrency 1 and 16, perf_analyzer in its default sync mode without `-x` (so it reads the
+servers' statistics, the composing models' too); and `add_sub`, a small ONNX model, on ours only (the peer has
+no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's `InferenceSession.run` called directly in a
+process pinned like the server: the p50 difference is our overhead.
 
 All servers run for the whole benchmark on the same repository and are measured in alternation, `--repeats`
 runs per point. With `--pin` (the default with 2 or more CPUs) every server runs on the first CPU and
@@ -44,7 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import write_json
-from bench.models import ONNX_MODEL, build_chain_repository, build_onnx_repository
+from bench.models import ONNX_MODEL, build_add_one, build_chain_repository, build_onnx_repository
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
 from bench.pa.report import TRITON
@@ -53,7 +55,10 @@ from tests.support.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_SCRIPT = REPO_ROOT / "tools" / "setup-perf-analyzer.sh"
-MODELS = ("add_one_0", "chain2")
+MULTI_INSTANCE = "add_one_x2"  # add_one with two instances (one queue for both in ours)
+DECOUPLED = "add_one_stream"  # add_one, decoupled: over gRPC streaming only (HTTP cannot carry it)
+MODELS = ("add_one_0", "chain2", MULTI_INSTANCE, DECOUPLED)
+DEFAULT_MODELS = MODELS[:2]
 PROTOCOLS = ("grpc", "http")
 CONCURRENCY = (1, 16)
 ONNX_CONCURRENCY = 1
@@ -133,9 +138,9 @@ class Bench:
         self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
         self.per_thread = per_thread  # also sample each thread of our servers (bench.pa.threads)
 
-    def args(self, protocol: str, concurrency: int) -> list[str]:
-        return ["-i", protocol, "--concurrency-range", str(concurrency), "--measurement-interval",
-                str(self.interval_ms), "-s", str(self.stability), "--max-trials", "10"]
+    def args(self, protocol: str, concurrency: int, streaming: bool = False) -> list[str]:
+        return ["-i", protocol, *(["--streaming"] if streaming else []), "--concurrency-range", str(concurrency),
+                "--measurement-interval", str(self.interval_ms), "-s", str(self.stability), "--max-trials", "10"]
 
     def success_count(self, name: str, model: str) -> int:
         with self.servers[name].grpc_client() as client:
@@ -148,7 +153,8 @@ class Bench:
         requests, cpu = self.success_count(name, model), tree_cpu_seconds(server.pid)
         before = threads.sample(server.pid) if sampled else {}
         measured = run_perf_analyzer(self.binary, model, server_url(server, protocol),
-                                     self.args(protocol, concurrency), prefix=self.pinning.client_prefix())
+                                     self.args(protocol, concurrency, model == DECOUPLED),
+                                     prefix=self.pinning.client_prefix())
         after = threads.sample(server.pid) if sampled else {}
         cpu, requests = tree_cpu_seconds(server.pid) - cpu, self.success_count(name, model) - requests
         ok = measured.returncode == 0 and requests > 0
@@ -175,7 +181,8 @@ class Bench:
         if TRITON in names:
             point["ratio"] = report.ratios(point, [n for n in names if n != TRITON], TRITON)
         point["command"] = shlex.join([*self.pinning.client_prefix(), "perf_analyzer", "-m", model, "-u",
-                                       f"<server>:<{protocol} port>", *self.args(protocol, concurrency)])
+                                       f"<server>:<{protocol} port>",
+                                       *self.args(protocol, concurrency, model == DECOUPLED)])
         return point
 
     def onnx_direct(self, model_path: Path, seconds: float) -> Run:
@@ -210,7 +217,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1 s windows, one run per point (a smoke run)")
     parser.add_argument("--stability", type=int, default=25,
                         help="perf_analyzer's -s: how far its last 3 windows may differ, in percent (25)")
-    parser.add_argument("--model", action="append", choices=MODELS, help="python workloads (default: both)")
+    parser.add_argument("--model", action="append", choices=MODELS, help="python workloads (default: add_one_0 and chain2)")
     parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="default: grpc and http")
     parser.add_argument("--concurrency", action="append", type=int, help="default: 1 and 16")
     parser.add_argument("--ours", action="append", default=[], metavar="NAME=ARGS",
@@ -242,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     install = require_install() if args.triton else None
     pinning = choose_pinning(args.pin)
     configs = ours_configs(args.ours, args.ours_arg)
-    models, protocols = args.model or list(MODELS), args.protocol or list(PROTOCOLS)
+    models, protocols = args.model or list(DEFAULT_MODELS), args.protocol or list(PROTOCOLS)
     levels = args.concurrency or list(CONCURRENCY)
     load_before, started = os.getloadavg(), time.monotonic()
     results: dict[str, Any] = {}
@@ -250,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="perf-analyzer-bench-")))
         build_chain_repository(tmp / "models", lengths=(2,))
+        if MULTI_INSTANCE in models:
+            build_add_one(tmp / "models", MULTI_INSTANCE, instances=2)
+        if DECOUPLED in models:
+            build_add_one(tmp / "models", DECOUPLED, decoupled=True)
         model_path = build_onnx_repository(tmp / "onnx") if args.onnx else None
         ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
         servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
@@ -262,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads)
         for model in models:
             for protocol in protocols:
+                if model == DECOUPLED and protocol != "grpc":
+                    continue
                 for concurrency in levels:
                     point = bench.point(list(servers), model, protocol, concurrency)
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point

@@ -33,12 +33,22 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _add_one_config(name: str) -> str:
+def _add_one_config(name: str, instances: int, decoupled: bool) -> str:
     return (
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
         f'input [ {{ name: "X" {TENSOR} }} ]\noutput [ {{ name: "Y" {TENSOR} }} ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+        f'instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n'
+        + ("model_transaction_policy { decoupled: true }\n" if decoupled else "")
     )
+
+
+def build_add_one(root: Path, name: str, instances: int = 1, decoupled: bool = False) -> None:
+    """`name`: the `add_one` python model (Y = X + 1) with `instances` instances (no dynamic batching);
+    `decoupled`: `add_one_decoupled.py`, which sends that response and then the final flag alone."""
+    _write(root / name / "config.pbtxt", _add_one_config(name, instances, decoupled))
+    (root / name / "1").mkdir(parents=True, exist_ok=True)
+    source = "add_one_decoupled.py" if decoupled else "add_one.py"
+    shutil.copyfile(HERE / source, root / name / "1" / "model.py")
 
 
 def _chain_config(length: int) -> str:
@@ -58,10 +68,7 @@ def _chain_config(length: int) -> str:
 def build_chain_repository(root: Path, lengths: Sequence[int] = CHAIN_LENGTHS) -> list[str]:
     """`chain<N>`: IN -> add_one_0 -> ... -> add_one_<N-1> -> OUT (= IN + N). Returns the ensemble names."""
     for index in range(max(lengths)):
-        name = step_name(index)
-        _write(root / name / "config.pbtxt", _add_one_config(name))
-        (root / name / "1").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(HERE / "add_one.py", root / name / "1" / "model.py")
+        build_add_one(root, step_name(index))
     for length in lengths:
         _write(root / chain_name(length) / "config.pbtxt", _chain_config(length))
         (root / chain_name(length) / "1").mkdir(exist_ok=True)

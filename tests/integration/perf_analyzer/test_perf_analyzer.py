@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from bench.models import build_chain_repository
+from bench.models import build_add_one, build_chain_repository
 from bench.perf_analyzer import find_perf_analyzer, not_installed_reason, run_perf_analyzer
 from tests.support.runtime_process import RuntimeProcess
 
@@ -42,6 +42,7 @@ MODES = [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeProcess]:
     root = tmp_path_factory.mktemp("repo")
     build_chain_repository(root, lengths=(2,))  # add_one_0 / add_one_1 (python) and chain2 = the two in a row
+    build_add_one(root, "add_one_stream", decoupled=True)
     with RuntimeProcess([root]) as runtime:
         runtime.wait_ready(120)
         yield runtime
@@ -68,6 +69,17 @@ def test_perf_analyzer_completes(server: RuntimeProcess, model: str, protocol: s
     if model == "chain2":  # without -x it reports the composing models' statistics too
         assert "Composing models:" in measured.output
         assert "add_one_0, version: 1" in measured.output and "add_one_1, version: 1" in measured.output
+    _still_serves(server)
+
+
+def test_perf_analyzer_streams_from_a_decoupled_model(server: RuntimeProcess) -> None:
+    """Decoupled: one response, then the final flag alone; perf_analyzer counts the response and reads the
+    model's statistics."""
+    binary = find_perf_analyzer()
+    assert binary is not None
+    measured = run_perf_analyzer(binary, "add_one_stream", server.grpc_url, ["-i", "grpc", "--streaming", *WINDOWS])
+    assert measured.returncode == 0, f"{' '.join(measured.command)}\n{measured.output[-3000:]}"
+    assert measured.throughput > 0
     _still_serves(server)
 
 
