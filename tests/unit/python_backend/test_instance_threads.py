@@ -31,7 +31,7 @@ class Model:
 def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        calls = CallQueue()
+        calls = CallQueue(2)
         models = [Model("a"), Model("b")]
         threads = [InstanceThread(f"t-{m.name}", m, calls) for m in models]
         first, second, later = threading.Event(), threading.Event(), threading.Event()
@@ -54,14 +54,16 @@ def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -
 
 
 def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> None:
+    """Also what a version of one instance does with a call for the version: its thread's queue is the version's."""
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        calls = CallQueue()
+        calls = CallQueue(1)
         model = Model("a")
         thread = InstanceThread("t-a", model, calls)
         event = threading.Event()
         event.set()
         assert await thread.submit(loop, contextvars.copy_context(), "hold", (event, "x")) == "a:x:t-a"
+        assert await calls.submit(loop, contextvars.copy_context(), "hold", (event, "y")) == "a:y:t-a"  # the only one
         try:
             await thread.submit(loop, contextvars.copy_context(), "fail", ())
         except SystemExit as exc:  # handed to the caller, as run_in_executor does
@@ -76,7 +78,7 @@ def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> No
 def test_a_thread_that_left_takes_no_more_calls() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        calls = CallQueue()
+        calls = CallQueue(2)
         gone, staying = Model("gone"), Model("staying")
         leaving = InstanceThread("t-gone", gone, calls)
         InstanceThread("t-staying", staying, calls)

@@ -73,7 +73,7 @@ class PythonBackend:
         output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
-        calls = CallQueue()  # the version's: a free instance takes the next execution
+        calls = CallQueue(len(slots))  # the version's: a free instance takes the next execution
         inline = execute_inline(config)
         try:
             for slot in slots:

@@ -3,8 +3,9 @@
 A call for one instance (`initialize`, `finalize`, an execution the scheduler gave that instance) goes to its
 thread. A call for the version (`CallQueue.submit`: any instance may run it) goes to the first idle thread, or
 waits in the version's queue, which a thread drains as it frees up (Triton: a free instance takes the next
-request). Either way no call makes a round trip through the event loop to start: each thread hands its
-results back with `call_soon_threadsafe` and goes on to the next call.
+request); with a single instance its thread's own queue is the version's. Either way no call makes a round
+trip through the event loop to start: each thread hands its results back with `call_soon_threadsafe` and goes
+on to the next call.
 """
 
 from __future__ import annotations
@@ -16,36 +17,30 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any
 
 from ensemble_runtime.backends.base import RunTimes
 from ensemble_runtime.backends.handoff import deliver
 
-
-class _Job(NamedTuple):
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    context: contextvars.Context
-    method: str  # the name of the model's method to call, on the model of the thread that runs it
-    args: tuple[Any, ...]
-    ran: RunTimes | None
-    shared: bool  # from the version's queue: the thread was taken off the idle list for it
-
-
-def _job(loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str, args: tuple[Any, ...],
-         ran: RunTimes | None, shared: bool) -> _Job:
-    if ran is not None:
-        ran.queued_ns = time.perf_counter_ns()
-    return _Job(loop, loop.create_future(), context, method, args, ran, shared)
+# loop, future, context, the name of the model's method to call (on the model of the thread that runs it),
+# args, where to stamp when it ran, and whether it came from the version's queue (the thread was taken off the
+# idle list for it). A plain tuple: it is made and unpacked once per call.
+_Job = tuple[
+    asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, str, tuple[Any, ...], RunTimes | None,
+    bool,
+]
 
 
 class CallQueue:
     """One model version's queue of calls that any of its instance threads may run, and its idle threads.
 
     A thread is on the idle list exactly when it has nothing from this queue to do: `next_for` either gives it
-    the next waiting call or lists it, under one lock, so a call never waits while a thread sleeps."""
+    the next waiting call or lists it, under one lock, so a call never waits while a thread sleeps. With one
+    instance (`instances` 1) there is nothing to choose: a call goes straight to that thread's own queue."""
 
-    def __init__(self) -> None:
+    def __init__(self, instances: int) -> None:
+        self._single = instances == 1
+        self._only: InstanceThread | None = None
         self._lock = threading.Lock()
         self._waiting: deque[_Job] = deque()
         self._idle: list[InstanceThread] = []
@@ -54,14 +49,26 @@ class CallQueue:
     def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
                args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
         """Call `method(*args)` on the model of the first free instance; `ran` gets when it ran there."""
-        job = _job(loop, context, method, args, ran, shared=True)
+        if self._only is not None:
+            return self._only.submit(loop, context, method, args, ran)
+        future = loop.create_future()
+        if ran is not None:
+            ran.queued_ns = time.perf_counter_ns()
+        job = (loop, future, context, method, args, ran, True)
         with self._lock:
             thread = self._idle.pop() if self._idle else None
             if thread is None:
                 self._waiting.append(job)
         if thread is not None:
             thread.put(job)
-        return job.future
+        return future
+
+    def join(self, thread: InstanceThread) -> None:
+        """A new thread, idle."""
+        with self._lock:
+            self._idle.append(thread)
+            if self._single:
+                self._only = thread
 
     def next_for(self, thread: InstanceThread) -> _Job | None:
         """The next waiting call for `thread`, or None after listing it as idle (unless it left)."""
@@ -71,11 +78,6 @@ class CallQueue:
             if thread not in self._left:
                 self._idle.append(thread)
             return None
-
-    def join(self, thread: InstanceThread) -> None:
-        """A new thread, idle."""
-        with self._lock:
-            self._idle.append(thread)
 
     def leave(self, thread: InstanceThread) -> None:
         """`thread` takes no more calls from this queue (it may be finishing one: it is not listed again)."""
@@ -100,9 +102,11 @@ class InstanceThread:
     def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
                args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
         """Call `method(*args)` on this instance's model, after the calls before it."""
-        job = _job(loop, context, method, args, ran, shared=False)
-        self._jobs.put(job)
-        return job.future
+        future = loop.create_future()
+        if ran is not None:
+            ran.queued_ns = time.perf_counter_ns()
+        self._jobs.put((loop, future, context, method, args, ran, False))
+        return future
 
     def put(self, job: _Job) -> None:
         self._jobs.put(job)
@@ -114,30 +118,33 @@ class InstanceThread:
         self._jobs.put(None)
 
     def _run(self) -> None:
+        take, model, calls = self._jobs.get, self._model, self._calls
         while True:
-            job = self._jobs.get()
+            job = take()
             if job is None:
                 return
-            shared = job.shared
-            self._do(job)
+            shared = job[6]
+            _run_job(model, job)
             del job
             if shared:  # taken off the idle list for it: serve the version's queue until it is empty
-                while (waiting := self._calls.next_for(self)) is not None:
-                    self._do(waiting)
+                while (waiting := calls.next_for(self)) is not None:
+                    _run_job(model, waiting)
                     del waiting
 
-    def _do(self, job: _Job) -> None:
-        loop, future, context, method, args, ran, _ = job
-        if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
-            return
-        if ran is not None:
-            ran.started_ns = time.perf_counter_ns()
-        try:
-            result, ok = context.run(getattr(self._model, method), *args), True
-        except BaseException as exc:  # handed to the caller, like run_in_executor does
-            result, ok = exc, False
-        if ran is not None:
-            ran.ended_ns = time.perf_counter_ns()
-        del job, args
-        with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
-            loop.call_soon_threadsafe(deliver, future, ok, result)
+
+def _run_job(model: Any, job: _Job) -> None:
+    """Call the job's method on `model` (on the calling thread) and hand the outcome to the job's future."""
+    loop, future, context, method, args, ran, _ = job
+    if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
+        return
+    if ran is not None:
+        ran.started_ns = time.perf_counter_ns()
+    try:
+        result, ok = context.run(getattr(model, method), *args), True
+    except BaseException as exc:  # handed to the caller, like run_in_executor does
+        result, ok = exc, False
+    if ran is not None:
+        ran.ended_ns = time.perf_counter_ns()
+    del job, args
+    with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
+        loop.call_soon_threadsafe(deliver, future, ok, result)
