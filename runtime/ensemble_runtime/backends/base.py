@@ -52,14 +52,16 @@ class RunTimes:
 @runtime_checkable
 class QueuingInstance(ModelInstance, Protocol):
     """An instance that can queue executions itself (a python model's own thread): `execute_queued` may be
-    called while earlier calls still run; they run one at a time, in the order of the calls."""
+    called while earlier calls still run. The version's instances share that queue: a call through any of them
+    runs on the first free one, in the order of the calls (one instance: one at a time)."""
 
     def queues_calls(self) -> bool:
         """Whether `execute_queued` queues (it may depend on the model: not for one that runs on the loop)."""
         ...
 
     async def execute_queued(self, requests: Sequence[BackendRequest], ran: RunTimes) -> list[BackendResult]:
-        """`execute`, after the calls before it; `ran` gets when it ran on the instance."""
+        """`execute` on the first free instance of the version, after the calls before it; `ran` gets when it
+        ran there."""
         ...
 
 
