@@ -15,6 +15,7 @@ of their UTF-8 bytes). A field name, enum name or value the message cannot hold 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from functools import cache
 from typing import Any, TypeAlias
@@ -24,6 +25,12 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 PACKAGE = "inference"
+# protobuf's upb backend keeps process-wide state behind these messages (the pool, the classes it makes lazily,
+# map entry classes among them). The operator renders from several reconcile threads, and once (a CI run of
+# 2026-11-25) text_format failed inside a map entry with "ModelDynamicBatching has no "key" field" and the
+# process died soon after; rendering one message at a time takes microseconds and keeps them out of each other's
+# way.
+_RENDERING = threading.Lock()
 FILE_NAME = "ensemble_contract/model_config_subset.proto"
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -150,4 +157,6 @@ def model_config_message(fields: Mapping[str, Any]) -> Message:
 
 def model_config_text(fields: Mapping[str, Any]) -> str:
     """config.pbtxt text (protobuf text format, ASCII) for `fields`; see the module docstring."""
-    return text_format.MessageToString(model_config_message(fields), as_utf8=False, use_short_repeated_primitives=True)
+    with _RENDERING:
+        message = model_config_message(fields)
+        return text_format.MessageToString(message, as_utf8=False, use_short_repeated_primitives=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import random
 from typing import Any
@@ -42,6 +43,7 @@ def configure(settings: Settings, kopf_settings: kopf.OperatorSettings) -> None:
 
 
 def main() -> None:
+    faulthandler.enable()  # a crash in native code (protobuf, the TLS stack) leaves its Python stacks in the log
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
