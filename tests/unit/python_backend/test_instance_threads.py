@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from typing import Any
 
+import pytest
 from ensemble_runtime.backends.base import RunTimes
 from ensemble_runtime.backends.python.threads import CallQueue, InstanceThread
 
@@ -28,16 +30,20 @@ class Model:
         raise SystemExit(3)
 
 
+def submit(where: CallQueue | InstanceThread, method: str, *args: Any, ran: RunTimes | None = None) -> Any:
+    """`method(*args)` through `where`, in a context of its own, as the instance does; the future."""
+    return where.submit(asyncio.get_running_loop(), contextvars.copy_context(), method, args, ran)
+
+
 def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         calls = CallQueue(2)
         models = [Model("a"), Model("b")]
         threads = [InstanceThread(f"t-{m.name}", m, calls) for m in models]
         first, second, later = threading.Event(), threading.Event(), threading.Event()
         ran = RunTimes()
-        held = [calls.submit(loop, contextvars.copy_context(), "hold", (first, "1")), calls.submit(loop, contextvars.copy_context(), "hold", (second, "2"))]
-        waiting = calls.submit(loop, contextvars.copy_context(), "hold", (later, "3"), ran)
+        held = [submit(calls, "hold", first, "1"), submit(calls, "hold", second, "2")]
+        waiting = submit(calls, "hold", later, "3", ran=ran)
         later.set()  # free to run, but both threads are busy: it waits in the queue
         await asyncio.sleep(0.05)
         assert not waiting.done() and ran.started_ns == 0 and ran.queued_ns > 0
@@ -55,21 +61,18 @@ def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -
 
 def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> None:
     """Also what a version of one instance does with a call for the version: its thread's queue is the version's."""
+
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         calls = CallQueue(1)
         model = Model("a")
         thread = InstanceThread("t-a", model, calls)
         event = threading.Event()
         event.set()
-        assert await thread.submit(loop, contextvars.copy_context(), "hold", (event, "x")) == "a:x:t-a"
-        assert await calls.submit(loop, contextvars.copy_context(), "hold", (event, "y")) == "a:y:t-a"  # the only one
-        try:
-            await thread.submit(loop, contextvars.copy_context(), "fail", ())
-        except SystemExit as exc:  # handed to the caller, as run_in_executor does
-            assert exc.code == 3
-        else:
-            raise AssertionError("the model's SystemExit did not come back")
+        assert await submit(thread, "hold", event, "x") == "a:x:t-a"
+        assert await submit(calls, "hold", event, "y") == "a:y:t-a"  # the only one
+        with pytest.raises(SystemExit) as exited:  # handed to the caller, as run_in_executor does
+            await submit(thread, "fail")
+        assert exited.value.code == 3
         thread.shutdown()
 
     asyncio.run(main())
@@ -77,7 +80,6 @@ def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> No
 
 def test_a_thread_that_left_takes_no_more_calls() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         calls = CallQueue(2)
         gone, staying = Model("gone"), Model("staying")
         leaving = InstanceThread("t-gone", gone, calls)
@@ -85,7 +87,7 @@ def test_a_thread_that_left_takes_no_more_calls() -> None:
         leaving.shutdown()
         event = threading.Event()
         event.set()
-        results = await asyncio.gather(*(calls.submit(loop, contextvars.copy_context(), "hold", (event, str(i))) for i in range(4)))
+        results = await asyncio.gather(*(submit(calls, "hold", event, str(i)) for i in range(4)))
         assert all(r.startswith("staying:") for r in results) and gone.ran == []
 
     asyncio.run(main())
