@@ -5,9 +5,11 @@ transports call each for its own requests, as MLServer and KServe divide them.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -24,11 +26,19 @@ from ensemble_runtime.errors import (
     quote_name,
     unavailable,
 )
-from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, Tensor, batch_size_of
+from ensemble_runtime.inference import (
+    BackendRequest,
+    BackendResult,
+    InferRequest,
+    InferResponse,
+    Tensor,
+    batch_size_of,
+)
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set, parse_version
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.sequences import SequenceTag, live_version, take_sequence_parameters
+from ensemble_runtime.scheduler import Scheduler
+from ensemble_runtime.sequences import SequenceTag, live_version, names_sequence, take_sequence_parameters
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.stats import ComputeTimes
@@ -43,6 +53,22 @@ EXTENSIONS = (
     "classification", "model_configuration", "model_repository", "model_repository(unload_dependents)", "statistics",
     "binary_tensor_data", "system_shared_memory", "cuda_shared_memory",
 )
+
+
+# Where `infer_then` hands a request's response, or its error, on the thread that ran it.
+Answer = Callable[[InferResponse | Exception], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A request the data plane checked, on its way to a model: what its statistics and its response need."""
+
+    lv: LoadedVersion
+    request: BackendRequest  # what the model gets: requested_outputs are the outputs the response carries
+    classes: dict[str, int]  # output -> class count, where the client asked for classification
+    model_name: str
+    request_id: str
+    start_ns: int
 
 
 @dataclass
@@ -148,52 +174,132 @@ class DataPlane:
         rec = self.registry.records[request.model_name]
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
-        sig = self.signature(lv)
-        start = time.perf_counter_ns()
+        admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
         self.in_flight += 1
-        checked = False  # a request refused by validation is no failure in Triton's statistics
+        parameters: dict[str, bool | int | float | str] = {}
         try:
-            inputs = check_inputs(sig, request.inputs, declared or {})
-            requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
-            classes = classification.class_counts(request.output_parameters)
-            backend_request = BackendRequest(
-                inputs, requested, request.parameters, request.id,
-                tag.correlation_id if tag else 0, tag.flags if tag else 0,
-            )
-            checked = True
-            parameters: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
                 compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
                 queued = time.perf_counter_ns()
                 outputs, versions = await self._infer_ensemble(
-                    lv, rec.ensemble.graph, backend_request, compute, tag
+                    lv, rec.ensemble.graph, admitted.request, compute, tag
                 )
                 parameters["ensemble_versions"] = versions
-                batch = batch_size_of(inputs) if lv.config.max_batch_size else 1
-                lv.stats.record_request(batch, queued - start, compute)
+                batch = batch_size_of(admitted.request.inputs) if lv.config.max_batch_size else 1
+                lv.stats.record_request(batch, queued - admitted.start_ns, compute)
                 lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
             else:
-                outputs = await self._infer_model(lv, backend_request)
+                outputs = await self._infer_model(lv, admitted.request)
         except Exception as exc:
-            if checked:  # the model's own error response is a success of the model, never of an ensemble
-                answered = isinstance(exc, ResponseError) and self.registry.records[lv.model].ensemble is None
-                (lv.stats.success if answered else lv.stats.fail).add(time.perf_counter_ns() - start)
+            self._count_failure(admitted, exc, time.perf_counter_ns())
             raise
         finally:
             self.in_flight -= 1
-        lv.stats.success.add(time.perf_counter_ns() - start)
-        lv.stats.last_inference_ms = int(time.time() * 1000)
+        self._count_success(admitted, time.perf_counter_ns())
+        return self._respond(admitted, outputs, parameters)
+
+    def infer_then(
+        self, request: InferRequest, declared: Mapping[str, str] | None, answer: Answer, endpoint: str = GRPC_ENDPOINT
+    ) -> bool:
+        """`infer` without a task, where it can be: a request in no sequence, for a model (no ensemble, not
+        decoupled) whose instances queue calls on their own threads (`Scheduler.takes_then`). Here, on the loop,
+        the request is checked as `infer` checks it (raising the same errors); the instance's thread that runs
+        it calls `answer` with the response or the error, and its statistics are counted on the loop before the
+        answer leaves. False: nothing was done (call `infer`)."""
+        if not self.accepting or names_sequence(request.parameters):
+            return False
+        lv = self.registry.find(request.model_name, request.model_version)
+        scheduler = lv.scheduler
+        if (
+            self.registry.records[request.model_name].ensemble is not None
+            or lv.config.model_transaction_policy.decoupled
+            or not isinstance(scheduler, Scheduler)
+            or not scheduler.takes_then()
+        ):
+            return False
+        admitted = self._admit(lv, request, declared, None)
+        loop = asyncio.get_running_loop()
+
+        def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the instance's thread
+            end = time.perf_counter_ns()
+            outcome: InferResponse | Exception
+            if isinstance(result, Exception):
+                outcome = result
+            elif isinstance(result, BaseException):  # kept from the loop: the request fails, the server goes on
+                outcome = internal(f"model '{lv.model}': execution raised {result!r}")
+            else:
+                try:
+                    outcome = self._respond(admitted, result, {})
+                except InferenceError as exc:
+                    outcome = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
+                loop.call_soon_threadsafe(self._settle, admitted, result, end, settle)
+            answer(outcome)
+
+        self.in_flight += 1
+        Registry.acquire(lv)
+        try:
+            scheduler.submit_then(admitted.request, then)
+        except Exception as exc:
+            self._settle(admitted, exc, time.perf_counter_ns(), None)
+            raise
+        return True
+
+    def _settle(
+        self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None
+    ) -> None:
+        """On the loop: the end of a request `infer_then` took (what leaving `infer` does)."""
+        if settle is not None:
+            settle()
+        self.in_flight -= 1
+        Registry.release(admitted.lv)
+        if isinstance(result, BaseException):
+            self._count_failure(admitted, result, end)
+        else:
+            self._count_success(admitted, end)
+
+    def _admit(
+        self, lv: LoadedVersion, request: InferRequest, declared: Mapping[str, str] | None, tag: SequenceTag | None
+    ) -> _Admitted:
+        """The request checked against what `lv` accepts, as the backend request for it."""
+        start = time.perf_counter_ns()
+        sig = self.signature(lv)
+        inputs = check_inputs(sig, request.inputs, declared or {})
+        requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
+        classes = classification.class_counts(request.output_parameters)
+        backend_request = BackendRequest(
+            inputs, requested, request.parameters, request.id, tag.correlation_id if tag else 0, tag.flags if tag else 0
+        )
+        return _Admitted(lv, backend_request, classes, request.model_name, request.id, start)
+
+    def _count_success(self, admitted: _Admitted, end: int) -> None:
+        stats = admitted.lv.stats
+        stats.success.add(end - admitted.start_ns)
+        stats.last_inference_ms = int(time.time() * 1000)
+
+    def _count_failure(self, admitted: _Admitted, exc: BaseException, end: int) -> None:
+        """The model's own error response is a success of the model, never of an ensemble."""
+        lv = admitted.lv
+        answered = isinstance(exc, ResponseError) and self.registry.records[lv.model].ensemble is None
+        (lv.stats.success if answered else lv.stats.fail).add(end - admitted.start_ns)
+
+    def _respond(
+        self, admitted: _Admitted, outputs: Mapping[str, Tensor], parameters: dict[str, bool | int | float | str]
+    ) -> InferResponse:
+        """The response of an admitted request from what its model produced (pure: any thread)."""
+        lv = admitted.lv
+        requested = admitted.request.requested_outputs
         missing = [n for n in requested if n not in outputs]
         if missing:
-            raise internal(f"model {quote_name(request.model_name)} did not produce requested output(s) {missing}")
+            raise internal(f"model {quote_name(admitted.model_name)} did not produce requested output(s) {missing}")
         selected = {n: outputs[n] for n in requested}
-        if classes:
-            selected = classification.apply(selected, classes, lv.config.max_batch_size > 0, lv.labels)
+        if admitted.classes:
+            selected = classification.apply(selected, admitted.classes, lv.config.max_batch_size > 0, lv.labels)
         return InferResponse(
-            model_name=request.model_name,
+            model_name=admitted.model_name,
             model_version=str(lv.version),
             outputs=selected,
-            id=request.id,
+            id=admitted.request_id,
             parameters=parameters,
         )
 

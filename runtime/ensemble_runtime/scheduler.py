@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -19,6 +20,9 @@ from ensemble_runtime.backends.base import ModelInstance, QueuingInstance, RunTi
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
+
+# What `submit_then` calls on the instance's thread: the request's result, and what to call on the loop then.
+Then = Callable[[BackendResult, Callable[[], None]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,25 +150,62 @@ class Scheduler:
         """`_submit_direct` for instances that queue calls themselves: the same queue limit (the calls not yet
         running) and statistics. Compute input is the time to their queue (the inputs made ready), queue time the
         wait there, compute infer the run on an instance, compute output the way back."""
-        limit = self.policy.max_queue_size
-        if limit and self._outstanding >= limit + len(self.instances):  # one runs per instance, `limit` wait
-            raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
-        enqueued = time.perf_counter_ns()
+        enqueued = self._enter_queued()
         ran = RunTimes()
-        self._outstanding += 1
-        self._drained.clear()
         try:
             result = (await self._execute(instance.execute_queued([request], ran), 1))[0]
         finally:
-            self._outstanding -= 1
-            if not self._outstanding:
-                self._drained.set()
-        end = time.perf_counter_ns()
-        if not ran.started_ns:  # it never ran on the instance's thread
-            ran.queued_ns = ran.started_ns = enqueued
-            ran.ended_ns = end
-        compute = ComputeTimes(ran.queued_ns - enqueued, ran.ended_ns - ran.started_ns, end - ran.ended_ns)
-        return self._finish(request, result, ran.started_ns - ran.queued_ns, compute, times)
+            self._leave_queued()
+        queue_ns, compute = _queued_times(enqueued, ran, time.perf_counter_ns())
+        return self._finish(request, result, queue_ns, compute, times)
+
+    def takes_then(self) -> bool:
+        """Whether `submit_then` can run requests: the instances queue calls on their own threads."""
+        return self._queuing is not None
+
+    def submit_then(self, request: BackendRequest, then: Then) -> None:
+        """`submit` without a task, for instances that queue calls (`takes_then`): on the loop, it refuses what
+        `submit` refuses (raising the same errors) and hands the request on; the instance's thread then calls
+        `then(result, settle)`, where `settle`, to be called on the loop, counts the request in the statistics
+        and frees its place in the queue, as `submit` does when it returns."""
+        queuing = self._queuing
+        if queuing is None:
+            raise internal(f"model '{self.model}': its instances do not queue calls")
+        if self._closing:
+            raise unavailable(f"model '{self.model}' is unloading")
+        enqueued = self._enter_queued()
+        ran = RunTimes()
+
+        def finished(result: BackendResult) -> None:  # on the instance's thread
+            end = time.perf_counter_ns()
+            then(result, functools.partial(self._settle_queued, request, result, enqueued, ran, end))
+
+        try:
+            queuing.execute_then(request, ran, finished)
+        except BaseException:
+            self._leave_queued()
+            raise
+
+    def _enter_queued(self) -> int:
+        """A call for the queuing instances: refused when the queue is full (one runs per instance, `limit` wait);
+        the time it came."""
+        limit = self.policy.max_queue_size
+        if limit and self._outstanding >= limit + len(self.instances):
+            raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
+        self._outstanding += 1
+        self._drained.clear()
+        return time.perf_counter_ns()
+
+    def _leave_queued(self) -> None:
+        self._outstanding -= 1
+        if not self._outstanding:
+            self._drained.set()
+
+    def _settle_queued(self, request: BackendRequest, result: BackendResult, enqueued: int, ran: RunTimes,
+                       end: int) -> None:
+        self._leave_queued()
+        queue_ns, compute = _queued_times(enqueued, ran, end)
+        self._count(request, result, queue_ns, compute, None)
 
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
@@ -268,16 +309,22 @@ class Scheduler:
         times: ComputeTimes | None,
     ) -> dict[str, Tensor]:
         """One request's statistics (the execution's too: one request each) and its outputs or error."""
+        self._count(request, result, queue_ns, compute, times)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _count(self, request: BackendRequest, result: BackendResult, queue_ns: int, compute: ComputeTimes,
+               times: ComputeTimes | None) -> None:
+        """The statistics of a request that ran: a success, or the model's own error response. A failure has none
+        here (the caller counts it)."""
         if isinstance(result, BaseException) and not isinstance(result, ResponseError):
-            raise result  # no success: no statistics here (the caller counts the failure)
+            return
         batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
         self.stats.record_request(batch, queue_ns, compute)
         if times is not None:
             times.add(compute)
         self.stats.record_execution(batch, compute, time.time_ns() // 1_000_000)
-        if isinstance(result, BaseException):  # answered by the model with an error: it ran
-            raise result
-        return result
 
     async def _execute(self, execution: Awaitable[list[BackendResult]], count: int) -> list[BackendResult]:
         """One result per request of an `execute` call (`count` of them): the instance's, or the error that
@@ -300,3 +347,13 @@ class Scheduler:
             if item.times is not None:
                 item.times.add(compute)
         self.stats.record_execution(sum(item.batch for item in live), compute, time.time_ns() // 1_000_000)
+
+
+def _queued_times(enqueued: int, ran: RunTimes, end: int) -> tuple[int, ComputeTimes]:
+    """Queue time and compute phases of a call to queuing instances: compute input is the time to their queue
+    (the inputs made ready), queue time the wait there, compute infer the run, compute output the way back."""
+    if not ran.started_ns:  # it never ran on the instance's thread
+        ran.queued_ns = ran.started_ns = enqueued
+        ran.ended_ns = end
+    compute = ComputeTimes(ran.queued_ns - enqueued, ran.ended_ns - ran.started_ns, end - ran.ended_ns)
+    return ran.started_ns - ran.queued_ns, compute

@@ -64,6 +64,11 @@ class QueuingInstance(ModelInstance, Protocol):
         ran there."""
         ...
 
+    def execute_then(self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]) -> None:
+        """`execute_queued` for one request, without the event loop: the instance that runs it calls `then` with
+        the result, on its own thread (`then` must not raise)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LoadContext:

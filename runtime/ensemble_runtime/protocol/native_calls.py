@@ -1,12 +1,14 @@
 """Answering the calls the native gRPC core hands over: ModelInfer through the data plane (decoded by the core,
-encoded by it with the GIL released), every other unary method through the grpcio servicer's own handlers on
+encoded by it with the GIL released; where the data plane can, run and answered from the model instance's thread
+without a task), every other unary method through the grpcio servicer's own handlers on
 the raw request bytes, so both front ends answer the same way."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -17,10 +19,11 @@ from tritonclient.grpc import service_pb2_grpc
 
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol._native import Call
 from ensemble_runtime.protocol.grpc_server import InferenceServicer
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.protocol.restricted import HEALTH_SERVICE, INFERENCE_SERVICE
 from ensemble_runtime.shared_memory import output_refs
 
@@ -106,19 +109,63 @@ async def answer_forwarded(call: Call, routes: Mapping[str, Route]) -> None:
     call.reply(response.SerializeToString())
 
 
-async def answer_infer(call: Call, dataplane: DataPlane) -> None:
-    """Decode (in a thread when large), run, and hand the outputs back for the core to encode."""
+def begin_infer(call: Call, dataplane: DataPlane) -> Coroutine[Any, Any, None] | None:
+    """ModelInfer, begun on the loop. A small request is decoded here; where the data plane takes it without a
+    task (`DataPlane.infer_then`) it is run, encoded and answered on the model instance's thread. None: it is
+    taken (or refused, answered already). Otherwise the coroutine that answers it, to run as a task."""
+    if call.size > INLINE_BYTES:  # decoded off the loop by answer_infer
+        return answer_infer(call, dataplane)
+    try:
+        decoded = grpc_codec.decode_request(call.request, dataplane.shared_memory)
+        request, declared = decoded
+        if not output_refs(request.output_parameters) and dataplane.infer_then(
+            request, declared, functools.partial(_answer_then, call)
+        ):
+            return None
+    except Exception as exc:
+        fail_infer(call, exc)
+        return None
+    return answer_infer(call, dataplane, decoded)
+
+
+def _answer_then(call: Call, outcome: InferResponse | Exception) -> None:
+    """Where `infer_then` hands a ModelInfer's outcome, on the model instance's thread."""
+    if isinstance(outcome, Exception):
+        fail_infer(call, outcome)
+        return
+    try:
+        reply_infer(call, outcome, grpc_codec.output_payloads(outcome))
+    except Exception as exc:
+        fail_infer(call, exc)
+
+
+async def answer_infer(
+    call: Call, dataplane: DataPlane, decoded: tuple[InferRequest, dict[str, str]] | None = None
+) -> None:
+    """Decode (in a thread when large; unless `decoded` already), run, and hand the outputs back for the core
+    to encode."""
     shm = dataplane.shared_memory
     try:
-        decoded, declared = await sized(call.size, grpc_codec.decode_request, call.request, shm)
-        response = await dataplane.infer(decoded, declared)
-        outputs = grpc_codec.output_payloads(response, shm, output_refs(decoded.output_parameters))
-        call.reply_infer(response.model_name, response.model_version, response.id, response.parameters, outputs)
-    except InferenceError as exc:
-        call.fail(status_code(exc.code.name), bounded(exc.message))
+        if decoded is None:
+            decoded = await sized(call.size, grpc_codec.decode_request, call.request, shm)
+        request, declared = decoded
+        response = await dataplane.infer(request, declared)
+        reply_infer(call, response, grpc_codec.output_payloads(response, shm, output_refs(request.output_parameters)))
     except asyncio.CancelledError:
         call.fail(CANCELLED, "the server is stopping")
         raise
     except Exception as exc:
-        log.exception("unexpected error in gRPC handler ModelInfer")
-        call.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
+        fail_infer(call, exc)
+
+
+def reply_infer(call: Call, response: InferResponse, outputs: list[grpc_codec.OutputPayload]) -> None:
+    call.reply_infer(response.model_name, response.model_version, response.id, response.parameters, outputs)
+
+
+def fail_infer(call: Call, exc: Exception) -> None:
+    """A ModelInfer's error as its status: an InferenceError's code and message, anything else INTERNAL."""
+    if isinstance(exc, InferenceError):
+        call.fail(status_code(exc.code.name), bounded(exc.message))
+        return
+    log.exception("unexpected error in gRPC handler ModelInfer", exc_info=exc)
+    call.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))

@@ -1,7 +1,8 @@
 """The native gRPC front end (`--grpc-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
 inference.GRPCInferenceService and grpc.health.v1.Health on the gRPC port, checks restrictions and message
 sizes, decodes ModelInfer, and queues every call; the event loop is woken once per batch of arrived calls
-(`add_reader` on the core's descriptor) and starts one task per call. ModelStreamInfer's frames are handed over
+(`add_reader` on the core's descriptor) and starts one task per call, except for a ModelInfer the data plane
+runs without one (`begin_infer`). ModelStreamInfer's frames are handed over
 raw to the grpcio front end's StreamSession, health Watch to the health servicer's Watch."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import asyncio
 from typing import Any
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame, StreamWritable
+from ensemble_runtime.protocol._native import GrpcCore, StreamCall, StreamFrame, StreamWritable
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
-from ensemble_runtime.protocol.native_calls import answer_forwarded, answer_infer, forwarded_routes
+from ensemble_runtime.protocol.native_calls import answer_forwarded, begin_infer, forwarded_routes
 from ensemble_runtime.protocol.native_stream import (
     Inbound,
     Outlet,
@@ -71,9 +72,16 @@ class NativeGrpcServer:
             if isinstance(item, StreamFrame | StreamWritable):
                 self._deliver(item)
                 continue
-            task = self._loop.create_task(
-                self._stream(item) if isinstance(item, StreamCall) else self._answer(item)
-            )
+            if isinstance(item, StreamCall):
+                work = self._stream(item)
+            elif item.method == MODEL_INFER:
+                begun = begin_infer(item, self._dp)
+                if begun is None:  # taken without a task (or refused)
+                    continue
+                work = begun
+            else:
+                work = answer_forwarded(item, self._routes)
+            task = self._loop.create_task(work)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -102,12 +110,6 @@ class NativeGrpcServer:
                 await answer_stream(stream, requests, outlet, self._dp, self._stream_limit)
         finally:
             del self._streams[stream.id]
-
-    async def _answer(self, call: Call) -> None:
-        if call.method == MODEL_INFER:
-            await answer_infer(call, self._dp)
-        else:
-            await answer_forwarded(call, self._routes)
 
     async def stop(self, grace: float) -> None:
         """Stop taking calls; those in flight are answered for up to `grace` seconds (health Watch ends now)."""

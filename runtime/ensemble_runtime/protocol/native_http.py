@@ -1,29 +1,35 @@
 """The native HTTP front end (`--http-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
 the HTTP port. It answers the KServe v2 infer endpoint itself: restriction and body limits checked there, the
 body read there and handed over in batches (one event-loop wake-up per batch, `add_reader` on the core's
-descriptor), decoded and answered here through the data plane. Everything else (every other route, compressed
+descriptor), decoded and answered here through the data plane (from the model instance's thread, without a task,
+where the data plane can). Everything else (every other route, compressed
 requests) it forwards to the aiohttp app, which listens on a Unix socket in a private directory: one set of
 routes, statuses and messages for both paths."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
+from ensemble_runtime.inference import InferResponse
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import status_codes
 from ensemble_runtime.protocol._native import HttpCall, HttpCore
 from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.restrictions import Category, Restrictions
+from ensemble_runtime.shared_memory import output_refs
 
 log = logging.getLogger(__name__)
 HTTP_UNAVAILABLE = 503
@@ -44,31 +50,78 @@ def _fail(call: HttpCall, status: int, message: str) -> None:
     call.reply(status, codec.JSON_CONTENT, None, [codec.error_body(bounded(message))])
 
 
-async def answer_http_infer(call: HttpCall, dataplane: DataPlane) -> None:
-    """What the aiohttp app's infer route does once it has the body: decode (in a thread when large), run,
-    encode (the JSON here, the binary outputs joined by the core); errors as its middleware answers them."""
+def begin_http_infer(call: HttpCall, dataplane: DataPlane) -> Coroutine[Any, Any, None] | None:
+    """An infer call, begun on the loop. A small body is decoded here; where the data plane takes it without a
+    task (`DataPlane.infer_then`) it is run, encoded and answered on the model instance's thread. None: it is
+    taken (or refused, answered already). Otherwise the coroutine that answers it, to run as a task."""
+    if call.size > INLINE_BYTES:  # decoded off the loop by answer_http_infer
+        return answer_http_infer(call, dataplane)
+    try:
+        decoded = codec.decode_infer_request(
+            call.body, call.header_length, call.model, call.version, dataplane.shared_memory
+        )
+        request = decoded.request
+        if not output_refs(request.output_parameters) and dataplane.infer_then(
+            request, decoded.declared, functools.partial(_answer_then, call, decoded), HTTP_ENDPOINT
+        ):
+            return None
+    except Exception as exc:
+        _fail_infer(call, exc)
+        return None
+    return answer_http_infer(call, dataplane, decoded)
+
+
+def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResponse | Exception) -> None:
+    """Where `infer_then` hands an infer call's outcome, on the model instance's thread."""
+    if isinstance(outcome, Exception):
+        _fail_infer(call, outcome)
+        return
+    try:
+        head, chunks = codec.encode_infer_parts(outcome, decoded)
+    except Exception as exc:
+        _fail_infer(call, exc)
+        return
+    _reply(call, head, chunks)
+
+
+async def answer_http_infer(
+    call: HttpCall, dataplane: DataPlane, decoded: codec.DecodedInfer | None = None
+) -> None:
+    """What the aiohttp app's infer route does once it has the body: decode (in a thread when large; unless
+    `decoded` already), run, encode (the JSON here, the binary outputs joined by the core); errors as its
+    middleware answers them."""
     shm = dataplane.shared_memory
     try:
-        decoded = await sized(
-            call.size, codec.decode_infer_request, call.body, call.header_length, call.model, call.version, shm
-        )
+        if decoded is None:
+            decoded = await sized(
+                call.size, codec.decode_infer_request, call.body, call.header_length, call.model, call.version, shm
+            )
         response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
         size = sum(int(array.nbytes) for array in response.outputs.values())
         head, chunks = await sized(size, codec.encode_infer_parts, response, decoded, shm)
-    except InferenceError as exc:
-        _fail(call, status_codes.http_status(exc.code), exc.message)
-        return
     except asyncio.CancelledError:
         _fail(call, HTTP_UNAVAILABLE, "the server is stopping")
         raise
     except Exception as exc:
-        log.exception("unexpected error in HTTP handler for POST /v2/models/%s/infer", call.model)
-        _fail(call, status_codes.HTTP_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        _fail_infer(call, exc)
         return
+    _reply(call, head, chunks)
+
+
+def _reply(call: HttpCall, head: bytes, chunks: list[codec.Chunk]) -> None:
     if not chunks:
         call.reply(status_codes.HTTP_OK, codec.JSON_CONTENT, None, [head])
     else:  # the core joins header and tensors with the GIL released: the arrays are not copied here
         call.reply(status_codes.HTTP_OK, codec.BINARY_CONTENT, len(head), [head, *chunks])
+
+
+def _fail_infer(call: HttpCall, exc: Exception) -> None:
+    """An infer call's error as the aiohttp app's middleware answers it."""
+    if isinstance(exc, InferenceError):
+        _fail(call, status_codes.http_status(exc.code), exc.message)
+        return
+    log.exception("unexpected error in HTTP handler for POST /v2/models/%s/infer", call.model, exc_info=exc)
+    _fail(call, status_codes.HTTP_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
 
 class NativeHttpServer:
@@ -103,10 +156,13 @@ class NativeHttpServer:
         return bound
 
     def _drain(self) -> None:
-        """One wake-up: every infer call waiting, one task each."""
+        """One wake-up: every infer call waiting, one task each (none for a call the data plane takes without)."""
         assert self._loop is not None and self._core is not None
         for call in self._core.take():
-            task = self._loop.create_task(answer_http_infer(call, self._dp))
+            work = begin_http_infer(call, self._dp)
+            if work is None:
+                continue
+            task = self._loop.create_task(work)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

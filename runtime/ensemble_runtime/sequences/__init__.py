@@ -12,6 +12,7 @@ from ensemble_runtime.sequences.controls import (
     SequenceSettings,
     SequenceTag,
     has_sequence_batching,
+    names_sequence,
     settings_from_config,
     take_sequence_parameters,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "SequenceTag",
     "has_sequence_batching",
     "live_version",
+    "names_sequence",
     "settings_from_config",
     "take_sequence_parameters",
 ]

@@ -48,15 +48,25 @@ class SequenceTag:
         return bool(self.flags & FLAG_END)
 
 
+SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
+
+
+def names_sequence(parameters: Mapping[str, ParamValue]) -> bool:
+    """Whether the request parameters carry any of the sequence parameters (what `take_sequence_parameters`
+    takes), without taking them."""
+    return bool(parameters) and any(key in parameters for key in SEQUENCE_PARAMETERS)
+
+
 def take_sequence_parameters(parameters: MutableMapping[str, ParamValue]) -> SequenceTag | None:
     """Remove `sequence_id`, `sequence_start`, `sequence_end` from request parameters (Triton consumes them;
     the model sees them as the request's correlation ID and flags) and check their types. None when the request
     is in no sequence (no ID, 0 or "")."""
     if not parameters:  # most requests carry no parameters at all
         return None
-    raw_id = parameters.pop("sequence_id", 0)
-    start = parameters.pop("sequence_start", False)
-    end = parameters.pop("sequence_end", False)
+    id_key, start_key, end_key = SEQUENCE_PARAMETERS
+    raw_id = parameters.pop(id_key, 0)
+    start = parameters.pop(start_key, False)
+    end = parameters.pop(end_key, False)
     for key, flag in (("sequence_start", start), ("sequence_end", end)):
         if not isinstance(flag, bool):
             raise invalid(f"parameter '{key}' must be a boolean, got {type(flag).__name__}")

@@ -88,3 +88,21 @@ def test_refused_request_is_no_failure(server: RuntimeProcess) -> None:
         assert after["response_stats"] == {} and after["inference_stats"]["cache_hit"] == {"count": 0, "ns": 0}
     with server.grpc_client() as grpc:  # still serves
         assert grpc.infer("chain2", [_row("IN")]).as_numpy("OUT")[0] == 2.0
+
+
+def test_each_answer_is_counted_before_the_client_can_ask(server: RuntimeProcess) -> None:
+    """A python model's request is answered from its instance's thread while the statistics are counted on the
+    event loop: a statistics request sent right after each answer, over either protocol, already counts it."""
+    with server.grpc_client() as grpc, server.http_client() as http:
+        start = _entry(grpc, "add_one_1")
+        row = httpclient.InferInput("X", [16], "FP32")
+        row.set_data_from_numpy(np.zeros(16, np.float32))
+        for i in range(1, 41):
+            if i % 2:
+                grpc.infer("add_one_1", [_row("X")])
+                entry = _entry(grpc, "add_one_1")
+            else:
+                http.infer("add_one_1", [row])
+                entry = http.get_inference_statistics("add_one_1")["model_stats"][0]
+            assert _count(entry, "success") == _count(start, "success") + i
+            assert int(entry["execution_count"]) == int(start["execution_count"]) + i

@@ -92,10 +92,14 @@ class PythonInstance:
                 return await bound(*args)
             finally:
                 bls.BLS_TARGET.reset(token)
+        where = self._calls if anywhere else self._thread
+        return await where.submit(self._target.loop, self._context(), method, args, ran)
+
+    def _context(self) -> contextvars.Context:
+        """The context a call runs in: the caller's, with BLS pointed at this server."""
         context = contextvars.copy_context()
         context.run(bls.BLS_TARGET.set, self._target)
-        where = self._calls if anywhere else self._thread
-        return await where.submit(self._target.loop, context, method, args, ran)
+        return context
 
     async def initialize(self, args: dict[str, str]) -> None:
         if getattr(self._model, "initialize", None) is not None:
@@ -138,16 +142,42 @@ class PythonInstance:
         finally:
             bls.BLS_TARGET.reset(token)
 
+    def execute_then(self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]) -> None:
+        """`execute_queued` for one request without a future or the loop: the first free instance of the version
+        runs it and calls `then` with its result on its own thread (where `then` must answer, not raise). Only for
+        a model that `queues_calls` and is not decoupled."""
+        if self._decoupled or not self.queues_calls():
+            then(internal(f"model '{self._name}' cannot run a request outside the event loop"))
+            return
+        requests = (request,)
+
+        def outcome(ok: bool, value: Any) -> None:
+            if ok:
+                then(self._results(requests, value)[0])
+            elif isinstance(value, Exception):
+                then(self._failure(value))
+            else:  # SystemExit and the like, raised by the model on its thread: contained here
+                then(self._contained("execute", value))
+
+        self._calls.submit_then(outcome, self._context(), "execute", ([_incoming(request)],), ran)
+
+    def _failure(self, exc: Exception) -> InferenceError:
+        """What a request gets when `execute` raised `exc`."""
+        if isinstance(exc, ModelExitError):
+            return exc
+        return internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
+
     async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
                            anywhere: bool) -> list[BackendResult]:
         pb_requests = [_incoming(request) for request in requests]
         try:
             responses = await self._execute(pb_requests, ran, anywhere)
-        except ModelExitError as exc:
-            return [exc] * len(requests)
         except Exception as exc:
-            failure = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
-            return [failure] * len(requests)
+            return [self._failure(exc)] * len(requests)
+        return self._results(requests, responses)
+
+    def _results(self, requests: Sequence[BackendRequest], responses: Any) -> list[BackendResult]:
+        """One result per request from what `execute` returned."""
         if not isinstance(responses, list | tuple):
             failure = internal(
                 f"model '{self._name}': execute() returned {type(responses).__name__}; it must return a list "

@@ -5,7 +5,8 @@ thread. A call for the version (`CallQueue.submit`: any instance may run it) goe
 waits in the version's queue, which a thread drains as it frees up (Triton: a free instance takes the next
 request); with a single instance its thread's own queue is the version's. Either way no call makes a round
 trip through the event loop to start: each thread hands its results back with `call_soon_threadsafe` and goes
-on to the next call.
+on to the next call. A call made with `submit_then` has no future: the thread that ran it calls its `then` with
+the outcome, on that thread.
 """
 
 from __future__ import annotations
@@ -13,21 +14,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import queue
 import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from ensemble_runtime.backends.base import RunTimes
 from ensemble_runtime.backends.handoff import deliver
 
-# loop, future, context, the name of the model's method to call (on the model of the thread that runs it),
-# args, where to stamp when it ran, and whether it came from the version's queue (the thread was taken off the
-# idle list for it). A plain tuple: it is made and unpacked once per call.
+log = logging.getLogger(__name__)
+
+# Where an outcome goes on the thread that ran the call: (True, what the method returned) or (False, what it
+# raised, any BaseException).
+Then = Callable[[bool, Any], None]
+# loop and future (or None and the `then` to call instead), context, the name of the model's method to call (on
+# the model of the thread that runs it), args, where to stamp when it ran, and whether it came from the version's
+# queue (the thread was taken off the idle list for it). A plain tuple: it is made and unpacked once per call.
 _Job = tuple[
-    asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, str, tuple[Any, ...], RunTimes | None,
-    bool,
+    asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | Then", contextvars.Context, str, tuple[Any, ...],
+    RunTimes | None, bool,
 ]
 
 
@@ -52,16 +60,25 @@ class CallQueue:
         if self._only is not None:
             return self._only.submit(loop, context, method, args, ran)
         future = loop.create_future()
-        if ran is not None:
-            ran.queued_ns = time.perf_counter_ns()
-        job = (loop, future, context, method, args, ran, True)
+        self._enqueue((loop, future, context, method, args, _stamped(ran), True))
+        return future
+
+    def submit_then(self, then: Then, context: contextvars.Context, method: str, args: tuple[Any, ...],
+                    ran: RunTimes | None = None) -> None:
+        """`submit` without a future (callable from any thread): the thread that runs the call hands its outcome
+        to `then`, on that thread, instead of to the loop. `then` must not raise; what it raises is logged."""
+        if self._only is not None:
+            self._only.put((None, then, context, method, args, _stamped(ran), False))
+        else:
+            self._enqueue((None, then, context, method, args, _stamped(ran), True))
+
+    def _enqueue(self, job: _Job) -> None:
         with self._lock:
             thread = self._idle.pop() if self._idle else None
             if thread is None:
                 self._waiting.append(job)
         if thread is not None:
             thread.put(job)
-        return future
 
     def join(self, thread: InstanceThread) -> None:
         """A new thread, idle."""
@@ -103,9 +120,7 @@ class InstanceThread:
                args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
         """Call `method(*args)` on this instance's model, after the calls before it."""
         future = loop.create_future()
-        if ran is not None:
-            ran.queued_ns = time.perf_counter_ns()
-        self._jobs.put((loop, future, context, method, args, ran, False))
+        self._jobs.put((loop, future, context, method, args, _stamped(ran), False))
         return future
 
     def put(self, job: _Job) -> None:
@@ -132,11 +147,18 @@ class InstanceThread:
                     del waiting
 
 
+def _stamped(ran: RunTimes | None) -> RunTimes | None:
+    if ran is not None:
+        ran.queued_ns = time.perf_counter_ns()
+    return ran
+
+
 def _run_job(model: Any, job: _Job) -> None:
-    """Call the job's method on `model` (on the calling thread) and hand the outcome to the job's future."""
-    loop, future, context, method, args, ran, _ = job
-    if future.cancelled():  # cancelled before it started: skip it, as run_in_executor does
-        return
+    """Call the job's method on `model` (on the calling thread) and hand the outcome to the job's future, or to
+    its `then`."""
+    loop, where, context, method, args, ran, _ = job
+    if loop is not None and cast("asyncio.Future[Any]", where).cancelled():  # cancelled before it started: skip
+        return  # it, as run_in_executor does
     if ran is not None:
         ran.started_ns = time.perf_counter_ns()
     try:
@@ -146,5 +168,11 @@ def _run_job(model: Any, job: _Job) -> None:
     if ran is not None:
         ran.ended_ns = time.perf_counter_ns()
     del job, args
+    if loop is None:
+        try:
+            cast(Then, where)(ok, result)
+        except Exception:  # a bug where the outcome goes must not end the instance's thread
+            log.exception("handing a model call's outcome on failed")
+        return
     with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed, nobody waits any more
-        loop.call_soon_threadsafe(deliver, future, ok, result)
+        loop.call_soon_threadsafe(deliver, cast("asyncio.Future[Any]", where), ok, result)
