@@ -204,8 +204,9 @@ class DataPlane:
         """`infer` without a task, where it can be: a request in no sequence, for a model (no ensemble, not
         decoupled) whose instances queue calls on their own threads (`Scheduler.takes_then`). Here, on the loop,
         the request is checked as `infer` checks it (raising the same errors); the instance's thread that runs
-        it calls `answer` with the response or the error, and its statistics are counted on the loop before the
-        answer leaves. False: nothing was done (call `infer`)."""
+        it calls `answer` with the response or the error, after handing the request's end (statistics, in flight)
+        to the loop: whatever the loop takes after the answer left (a statistics request) sees it counted. False:
+        nothing was done (call `infer`)."""
         if not self.accepting or names_sequence(request.parameters):
             return False
         lv = self.registry.find(request.model_name, request.model_version)
@@ -230,7 +231,7 @@ class DataPlane:
             else:
                 try:
                     outcome = self._respond(admitted, result, {})
-                except InferenceError as exc:
+                except Exception as exc:  # the answer carries it; the request is settled all the same
                     outcome = exc
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
                 loop.call_soon_threadsafe(self._settle, admitted, result, end, settle)

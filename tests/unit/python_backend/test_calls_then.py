@@ -187,3 +187,33 @@ def test_a_model_that_exits_is_contained_on_its_thread(run: Run, repo: Path) -> 
         await sched.close()
 
     run(body)
+
+
+def test_a_response_that_cannot_be_read_fails_its_request_only(run: Run, repo: Path) -> None:
+    """What execute returned breaks while it is turned into outputs (on the instance's thread): `then` still
+    gets an error for that request, and the thread goes on."""
+    model = repo / "queued" / "1" / "model.py"
+    model.write_text(model.read_text().replace(
+        "            return None if self.decoupled else responses\n",
+        "            if json.loads(requests[0].parameters() or '{}').get('broken'):\n"
+        "                return [Unreadable(responses[0].output_tensors())]\n"
+        "            return None if self.decoupled else responses\n",
+    ) + (
+        "\n\nclass Unreadable(pb_utils.InferenceResponse):\n"
+        "    def output_tensors(self):\n"
+        "        raise RuntimeError('cannot read these outputs')\n"
+    ))
+
+    async def body(h: Harness) -> None:
+        sched, stats = await started(h, "queued")
+        broken = await submit_then(sched, BackendRequest({"X": np.array([1], dtype=np.int32)}, (),
+                                                         parameters={"broken": True}))
+        broken.settle()
+        assert isinstance(broken.result, RuntimeError) and "cannot read these outputs" in str(broken.result)
+        after = await submit_then(sched, request(3))
+        after.settle()
+        assert values(after.outputs())[0] == 3
+        assert stats.execution_count == 1  # only the request that ran to an answer
+        await sched.close()
+
+    run(body)

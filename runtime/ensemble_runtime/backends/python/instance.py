@@ -152,12 +152,17 @@ class PythonInstance:
         requests = (request,)
 
         def outcome(ok: bool, value: Any) -> None:
-            if ok:
-                then(self._results(requests, value)[0])
-            elif isinstance(value, Exception):
-                then(self._failure(value))
-            else:  # SystemExit and the like, raised by the model on its thread: contained here
-                then(self._contained("execute", value))
+            result: BackendResult
+            try:
+                if ok:
+                    result = self._results(requests, value)[0]
+                elif isinstance(value, Exception):
+                    result = self._failure(value)
+                else:  # SystemExit and the like, raised by the model on its thread: contained here
+                    result = self._contained("execute", value)
+            except Exception as exc:  # what the model returned broke the conversion: this request fails
+                result = exc
+            then(result)
 
         self._calls.submit_then(outcome, self._context(), "execute", ([_incoming(request)],), ran)
 
