@@ -46,6 +46,26 @@ def submit_then(sched: Scheduler, req: BackendRequest) -> asyncio.Future[Outcome
     return outcome
 
 
+async def settled(sched: Scheduler, req: BackendRequest) -> Outcome:
+    """What `then` got, once settled."""
+    outcome = await submit_then(sched, req)
+    outcome.settle()
+    return outcome
+
+
+def flagged(flag: str) -> BackendRequest:
+    """A request for `queued` with X 1 and the parameter `flag` set."""
+    return BackendRequest({"X": np.array([1], dtype=np.int32)}, (), parameters={flag: True})
+
+
+def patch_queued(repo: Path, at: str, inserted: str, appended: str = "") -> None:
+    """Insert `inserted` before the (first) line `at` of the `queued` model's source; append `appended`."""
+    model = repo / "queued" / "1" / "model.py"
+    source = model.read_text()
+    assert at in source
+    model.write_text(source.replace(at, inserted + at, 1) + appended)
+
+
 async def started(h: Harness, name: str, policy: BatchPolicy | None = None) -> tuple[Scheduler, ModelStats]:
     stats = ModelStats()
     sched = Scheduler(name, await h.load(name), policy or BatchPolicy(), stats)
@@ -167,23 +187,15 @@ def test_failures_come_to_then_and_the_thread_goes_on(run: Run) -> None:
 
 
 def test_a_model_that_exits_is_contained_on_its_thread(run: Run, repo: Path) -> None:
-    model = repo / "queued" / "1" / "model.py"
-    model.write_text(model.read_text().replace(
-        "    def execute(self, requests):\n",
-        "    def execute(self, requests):\n"
-        "        if json.loads(requests[0].parameters() or '{}').get('exit'):\n"
-        "            raise SystemExit(3)\n",
-    ))
+    patch_queued(repo, "        with self.lock:\n            self.active += 1\n",
+                 "        if json.loads(requests[0].parameters() or '{}').get('exit'):\n"
+                 "            raise SystemExit(3)\n")
 
     async def body(h: Harness) -> None:
         sched, _ = await started(h, "queued")
-        exited = await submit_then(sched, BackendRequest({"X": np.array([1], dtype=np.int32)}, (),
-                                                         parameters={"exit": True}))
-        exited.settle()
+        exited = await settled(sched, flagged("exit"))
         assert isinstance(exited.result, ModelExitError) and "SystemExit(3)" in exited.result.message
-        after = await submit_then(sched, request(8))  # the instance's thread still serves
-        after.settle()
-        assert values(after.outputs())[0] == 8
+        assert values((await settled(sched, request(8))).outputs())[0] == 8  # the instance's thread still serves
         await sched.close()
 
     run(body)
@@ -192,27 +204,18 @@ def test_a_model_that_exits_is_contained_on_its_thread(run: Run, repo: Path) -> 
 def test_a_response_that_cannot_be_read_fails_its_request_only(run: Run, repo: Path) -> None:
     """What execute returned breaks while it is turned into outputs (on the instance's thread): `then` still
     gets an error for that request, and the thread goes on."""
-    model = repo / "queued" / "1" / "model.py"
-    model.write_text(model.read_text().replace(
-        "            return None if self.decoupled else responses\n",
-        "            if json.loads(requests[0].parameters() or '{}').get('broken'):\n"
-        "                return [Unreadable(responses[0].output_tensors())]\n"
-        "            return None if self.decoupled else responses\n",
-    ) + (
-        "\n\nclass Unreadable(pb_utils.InferenceResponse):\n"
-        "    def output_tensors(self):\n"
-        "        raise RuntimeError('cannot read these outputs')\n"
-    ))
+    patch_queued(repo, "            return None if self.decoupled else responses\n",
+                 "            if json.loads(requests[0].parameters() or '{}').get('broken'):\n"
+                 "                return [Unreadable(responses[0].output_tensors())]\n",
+                 "\n\nclass Unreadable(pb_utils.InferenceResponse):\n"
+                 "    def output_tensors(self):\n"
+                 "        raise RuntimeError('cannot read these outputs')\n")
 
     async def body(h: Harness) -> None:
         sched, stats = await started(h, "queued")
-        broken = await submit_then(sched, BackendRequest({"X": np.array([1], dtype=np.int32)}, (),
-                                                         parameters={"broken": True}))
-        broken.settle()
+        broken = await settled(sched, flagged("broken"))
         assert isinstance(broken.result, RuntimeError) and "cannot read these outputs" in str(broken.result)
-        after = await submit_then(sched, request(3))
-        after.settle()
-        assert values(after.outputs())[0] == 3
+        assert values((await settled(sched, request(3))).outputs())[0] == 3  # the thread goes on
         assert stats.execution_count == 1  # only the request that ran to an answer
         await sched.close()
 
