@@ -25,7 +25,7 @@ from ensemble_runtime.protocol._native import Call
 from ensemble_runtime.protocol.grpc_server import InferenceServicer
 from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.protocol.restricted import HEALTH_SERVICE, INFERENCE_SERVICE
-from ensemble_runtime.shared_memory import output_refs
+from ensemble_runtime.shared_memory import output_refs, sends_to_shared_memory
 
 log = logging.getLogger(__name__)
 UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
@@ -118,7 +118,7 @@ def begin_infer(call: Call, dataplane: DataPlane) -> Coroutine[Any, Any, None] |
     try:
         decoded = grpc_codec.decode_request(call.request, dataplane.shared_memory)
         request, declared = decoded
-        if not output_refs(request.output_parameters) and dataplane.infer_then(
+        if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
             request, declared, functools.partial(_answer_then, call)
         ):
             return None

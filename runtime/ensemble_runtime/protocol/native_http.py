@@ -29,7 +29,7 @@ from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
 from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.restrictions import Category, Restrictions
-from ensemble_runtime.shared_memory import output_refs
+from ensemble_runtime.shared_memory import sends_to_shared_memory
 
 log = logging.getLogger(__name__)
 HTTP_UNAVAILABLE = 503
@@ -61,7 +61,7 @@ def begin_http_infer(call: HttpCall, dataplane: DataPlane) -> Coroutine[Any, Any
             call.body, call.header_length, call.model, call.version, dataplane.shared_memory
         )
         request = decoded.request
-        if not output_refs(request.output_parameters) and dataplane.infer_then(
+        if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
             request, decoded.declared, functools.partial(_answer_then, call, decoded), HTTP_ENDPOINT
         ):
             return None

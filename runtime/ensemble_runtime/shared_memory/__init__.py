@@ -11,10 +11,11 @@ from ensemble_runtime.shared_memory.tensors import (
     output_refs,
     parse_ref,
     read_input,
+    sends_to_shared_memory,
     write_output,
 )
 
 __all__ = [
     "Kind", "Region", "SharedMemoryRegistry", "ShmRef", "Window", "check_output", "output_refs", "parse_ref", "read_input",
-    "write_output",
+    "sends_to_shared_memory", "write_output",
 ]

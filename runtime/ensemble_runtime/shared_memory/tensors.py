@@ -96,6 +96,12 @@ def write_output(registry: SharedMemoryRegistry, ref: ShmRef, name: str, array: 
     window.write(data)
 
 
+def sends_to_shared_memory(output_parameters: Mapping[str, Mapping[str, ParamValue]]) -> bool:
+    """Whether any requested output goes to shared memory (one `output_refs` would list; parameters already
+    checked), without parsing where."""
+    return any(REGION in params for params in output_parameters.values())
+
+
 def output_refs(output_parameters: Mapping[str, Mapping[str, ParamValue]]) -> dict[str, ShmRef]:
     """Requested output -> the shared memory it goes to, for those that name one (parameters already checked)."""
     refs = {name: parse_ref(name, params) for name, params in output_parameters.items()}

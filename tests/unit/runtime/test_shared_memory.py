@@ -20,8 +20,10 @@ from ensemble_runtime.shared_memory import (
     Kind,
     SharedMemoryRegistry,
     ShmRef,
+    output_refs,
     parse_ref,
     read_input,
+    sends_to_shared_memory,
     write_output,
 )
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
@@ -202,3 +204,13 @@ def test_cuda_opener_without_cuda_python_or_gpu_is_refused_clearly() -> None:
     assert message.startswith("failed to register CUDA shared memory region 'c': GPUs not supported") or \
         message == "failed to register shared memory region: invalid args"  # cuda-python there, handle not valid
     assert registry.status(Kind.CUDA) == []
+
+
+@pytest.mark.parametrize("outputs", [
+    {},
+    {"a": {}, "b": {"binary_data": True}},
+    {"a": {}, "b": {"shared_memory_region": "r", "shared_memory_byte_size": 4}},
+    {"a": {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": 4}},
+])
+def test_sends_to_shared_memory_agrees_with_output_refs(outputs: dict[str, dict[str, bool | int | float | str]]) -> None:
+    assert sends_to_shared_memory(outputs) == bool(output_refs(outputs))
