@@ -145,8 +145,9 @@ class PythonInstance:
     def execute_then(self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]) -> None:
         """`execute_queued` for one request without a future or the loop: the first free instance of the version
         runs it and calls `then` with its result on its own thread (where `then` must answer, not raise). Only for
-        a model that `queues_calls` and is not decoupled."""
-        if self._decoupled or not self.queues_calls():
+        a model that is not decoupled and `queues_calls`: the scheduler asks that once, when it starts
+        (`Scheduler.takes_then`), not per request."""
+        if self._decoupled:
             then(internal(f"model '{self._name}' cannot run a request outside the event loop"))
             return
         requests = (request,)
