@@ -13,15 +13,17 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ensemble_runtime.backends.base import ModelInstance, QueuingInstance, RunTimes
+from ensemble_runtime.backends.base import InlineInstance, ModelInstance, QueuingInstance, RunTimes
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
-# What `submit_then` calls on the instance's thread: the request's result, and what to call on the loop then.
+# What `submit_then` calls on the thread that ran the request (the instance's, or the loop for an instance that
+# runs inline): the request's result, and what to call on the loop then.
 Then = Callable[[BackendResult, Callable[[], None]], None]
 
 
@@ -78,6 +80,7 @@ class Scheduler:
     _queuing: QueuingInstance | None = None
     _outstanding: int = 0  # calls handed to the queuing instance and not yet back
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
+    _inlines: bool = False  # every instance may run inline (InlineInstance), checked once at start
 
     def start(self) -> None:
         if not self.policy.enabled:
@@ -85,6 +88,7 @@ class Scheduler:
             # task (no queue hand-off, no worker wake-up); wait on the semaphore when all are busy.
             self._idle = list(self.instances)
             self._slots = asyncio.Semaphore(len(self.instances))
+            self._inlines = all(isinstance(i, InlineInstance) for i in self.instances)
             queuing = [i for i in self.instances if isinstance(i, QueuingInstance) and i.queues_calls()]
             if len(queuing) == len(self.instances):
                 # Their threads are the queue: the next execution starts as one ends, with no round trip
@@ -160,25 +164,48 @@ class Scheduler:
         return self._finish(request, result, queue_ns, compute, times)
 
     def takes_then(self) -> bool:
-        """Whether `submit_then` can run requests: the instances queue calls on their own threads."""
-        return self._queuing is not None
+        """Whether `submit_then` can run a request now: the instances queue calls on their own threads, or a free
+        one runs inline (on the loop, before `submit_then` returns) and nobody waits for one."""
+        return self._queuing is not None or self._inline() is not None
 
-    def submit_then(self, request: BackendRequest, then: Then) -> None:
-        """`submit` without a task, for instances that queue calls (`takes_then`): on the loop, it refuses what
-        `submit` refuses (raising the same errors) and hands the request on; the instance's thread then calls
+    def _inline(self) -> InlineInstance | None:
+        if not self._inlines or self._waiting or not self._idle:
+            return None
+        instance = cast(InlineInstance, self._idle[-1])  # `_inlines`: every one is
+        return instance if instance.runs_inline() else None
+
+    def submit_then(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> None:
+        """`submit` without a task, where `takes_then` says so: on the loop, it refuses what `submit` refuses
+        (raising the same errors) and hands the request on; the thread that runs it then calls
         `then(result, settle)`, where `settle`, to be called on the loop, counts the request in the statistics
-        and frees its place in the queue, as `submit` does when it returns."""
-        queuing = self._queuing
-        if queuing is None:
-            raise internal(f"model '{self.model}': its instances do not queue calls")
+        and frees its place in the queue, as `submit` does when it returns (adding the compute phases to `times`)."""
         if self._closing:
             raise unavailable(f"model '{self.model}' is unloading")
+        if self._queuing is not None:
+            self._submit_queued_then(self._queuing, request, then, times)
+            return
+        instance = self._inline()
+        if instance is None:
+            raise internal(f"model '{self.model}': no instance takes a request without a task now")
+        # Nothing yields from here to the end: the instance stays free for the others (as `_run_one` would leave it)
+        start = time.perf_counter_ns()
+        try:
+            result = self._counted(instance.execute_inline([request]), 1)[0]
+        except BaseException as exc:
+            result = self._failed(exc, 1)[0]
+        infer_end = time.perf_counter_ns()
+        compute = ComputeTimes(0, infer_end - start, 0)
+        then(result, functools.partial(self._count, request, result, 0, compute, times))
+
+    def _submit_queued_then(
+        self, queuing: QueuingInstance, request: BackendRequest, then: Then, times: ComputeTimes | None
+    ) -> None:
         enqueued = self._enter_queued()
         ran = RunTimes()
 
         def finished(result: BackendResult) -> None:  # on the instance's thread
             end = time.perf_counter_ns()
-            then(result, functools.partial(self._settle_queued, request, result, enqueued, ran, end))
+            then(result, functools.partial(self._settle_queued, request, result, enqueued, ran, end, times))
 
         try:
             queuing.execute_then(request, ran, finished)
@@ -202,10 +229,10 @@ class Scheduler:
             self._drained.set()
 
     def _settle_queued(self, request: BackendRequest, result: BackendResult, enqueued: int, ran: RunTimes,
-                       end: int) -> None:
+                       end: int, times: ComputeTimes | None) -> None:
         self._leave_queued()
         queue_ns, compute = _queued_times(enqueued, ran, end)
-        self._count(request, result, queue_ns, compute, None)
+        self._count(request, result, queue_ns, compute, times)
 
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
@@ -331,12 +358,20 @@ class Scheduler:
         stands for it when the backend fails."""
         try:
             results = await execution
-        except Exception as exc:  # a backend bug must fail these requests, not the worker
+        except BaseException as exc:
+            return self._failed(exc, count)
+        return self._counted(results, count)
+
+    def _failed(self, exc: BaseException, count: int) -> list[BackendResult]:
+        """What stands for `count` results when an execution raised: a backend bug fails these requests, not the
+        worker; SystemExit from a backend must not reach the loop (it ends the server)."""
+        if isinstance(exc, Exception):
             return [exc] * count
-        except BaseException as exc:  # SystemExit from a backend must not reach the loop (it ends the server)
-            if must_propagate(exc):
-                raise
-            return [internal(f"model '{self.model}': execution raised {exc!r}")] * count
+        if must_propagate(exc):
+            raise exc
+        return [internal(f"model '{self.model}': execution raised {exc!r}")] * count
+
+    def _counted(self, results: list[BackendResult], count: int) -> list[BackendResult]:
         if len(results) != count:
             return [internal(f"model '{self.model}' returned {len(results)} responses for {count} requests")] * count
         return results

@@ -70,6 +70,20 @@ class QueuingInstance(ModelInstance, Protocol):
         ...
 
 
+@runtime_checkable
+class InlineInstance(ModelInstance, Protocol):
+    """An instance whose executions may run on the caller's thread (an ONNX model that runs in microseconds:
+    cheaper on the loop than handed to a thread and back)."""
+
+    def runs_inline(self) -> bool:
+        """Whether an execution would run on the caller's thread now (it may change as executions are timed)."""
+        ...
+
+    def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """`execute`, on the caller's thread."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LoadContext:
     config: mc.ModelConfig  # after defaults and autocomplete

@@ -66,33 +66,38 @@ class OnnxInstance:
         self._outputs = [o.name for o in session.get_outputs()]
         self._typical_s = 1.0  # moving average of execution time; starts high: the pool until measured
 
-    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+    def runs_inline(self) -> bool:
+        """Whether an execution now runs on the caller's thread (the loop): the model is fast enough."""
+        return self._typical_s < INLINE_BELOW_S
+
+    def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """`execute` on the caller's thread, wherever `runs_inline` says: one result per request."""
         refused = {i: err for i, r in enumerate(requests) if (err := _not_utf8(r.inputs)) is not None}
         if refused:  # only those requests fail; the others of the batch run
             good = [r for i, r in enumerate(requests) if i not in refused]
-            results = iter(await self._execute(good) if good else [])
+            results = iter(self._run_all(good) if good else [])
             return [refused[i] if i in refused else next(results) for i in range(len(requests))]
-        return await self._execute(requests)
+        return self._run_all(requests)
 
-    async def _execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+    async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        if self.runs_inline():
+            return self.execute_inline(requests)
+        return await _on_pool(asyncio.get_running_loop(), self._pool, self.execute_inline, requests)
+
+    def _run_all(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if len(requests) == 1 or not self._batched:
             results: list[BackendResult] = []
             for request in requests:
                 try:
-                    results.append(await self._dispatch(self._run, request.inputs))
+                    results.append(self._run(request.inputs))
                 except Exception as exc:
                     results.append(exc)
             return results
         try:
             # self._run is timed: a merged batch that takes long sends the next ones to the pool
-            return list(await self._dispatch(functools.partial(run_merged, self._run), requests))
+            return run_merged(self._run, requests)
         except Exception as exc:
             return [exc] * len(requests)
-
-    async def _dispatch(self, fn: Callable[[Any], T], arg: Any) -> T:
-        if self._typical_s < INLINE_BELOW_S:
-            return fn(arg)
-        return await _on_pool(asyncio.get_running_loop(), self._pool, fn, arg)
 
     def _timed(self, started: float) -> None:
         elapsed = time.perf_counter() - started

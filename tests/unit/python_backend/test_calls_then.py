@@ -80,7 +80,7 @@ def test_only_instances_that_queue_calls_take_them(run: Run) -> None:
             sched, _ = await started(h, name)
             takes[name] = sched.takes_then()
             if not takes[name]:
-                with pytest.raises(InferenceError, match="do not queue calls"):
+                with pytest.raises(InferenceError, match="no instance takes a request without a task"):
                     sched.submit_then(request(1), lambda result, settle: None)
             await sched.close()
         assert takes == {"queued": True, "async_add": False, "inline": False}

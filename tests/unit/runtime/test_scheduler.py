@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -168,6 +169,119 @@ def test_direct_requests_count_in_statistics_as_triton_does() -> None:
         assert times.infer_ns == stats.compute_infer.ns > 0
         assert times.input_ns == stats.compute_input.ns and times.output_ns == stats.compute_output.ns
         assert stats.last_inference_ms > 0
+        await sched.close()
+
+    asyncio.run(run())
+
+
+class InlineInstance(AnsweringInstance):
+    """As AnsweringInstance, and runs inline (on the caller's thread) while `inline` is set; records that thread.
+    x == 7 raises SystemExit, as a model may."""
+
+    def __init__(self, inline: bool = True) -> None:
+        super().__init__()
+        self.inline = inline
+        self.threads: list[int] = []
+
+    def runs_inline(self) -> bool:
+        return self.inline
+
+    def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        self.threads.append(threading.get_ident())
+        if any(float(r.inputs["x"].sum()) == 7 * r.inputs["x"].size for r in requests):
+            raise SystemExit(3)
+        coroutine = self.execute(requests)
+        try:
+            coroutine.send(None)  # never suspends without a gate
+        except StopIteration as done:
+            return list(done.value)
+        raise AssertionError("execute suspended")
+
+
+def _then_outcomes(sched: Scheduler, value: float, batch: int = 1) -> tuple[list[BackendResult], list[Callable[[], None]]]:
+    """`submit_then` one request; what `then` got (result, and the settle to call), as soon as it returns."""
+    results: list[BackendResult] = []
+    settles: list[Callable[[], None]] = []
+
+    def then(result: BackendResult, settle: Callable[[], None]) -> None:
+        results.append(result)
+        settles.append(settle)
+
+    sched.submit_then(req(value, batch), then)
+    return results, settles
+
+
+def test_an_instance_that_runs_inline_takes_requests_without_a_task() -> None:
+    """A free instance that runs inline (a fast ONNX model) runs `submit_then`'s request on the loop before it
+    returns; its statistics are counted by `settle`, as `submit` counts them (failures are the data plane's)."""
+
+    async def run() -> None:
+        stats = ModelStats()
+        instance = InlineInstance()
+        sched = Scheduler("m", [instance], BatchPolicy(False, 8), stats)
+        sched.start()
+        assert sched.takes_then()
+        results, settles = _then_outcomes(sched, 1, batch=3)
+        assert instance.threads == [threading.get_ident()]
+        assert isinstance(results[0], dict) and results[0]["y"].tolist() == [[2.0, 2.0]] * 3
+        assert stats.inference_count == 0  # nothing counted before settle
+        settles[0]()
+        assert (stats.inference_count, stats.execution_count) == (3, 1)
+        assert stats.compute_infer.count == 1 and stats.compute_infer.ns > 0
+        results, settles = _then_outcomes(sched, 0)  # the model's own error response: it ran, it counts
+        assert isinstance(results[0], ResponseError)
+        settles[0]()
+        for value, kind in ((-1, ValueError), (9, RuntimeError), (7, InferenceError)):  # failures count nothing
+            results, settles = _then_outcomes(sched, value)
+            assert isinstance(results[0], kind), results
+            settles[0]()
+        assert "SystemExit" in str(results[0])
+        assert (stats.inference_count, stats.execution_count) == (4, 2)
+        assert (await sched.submit(req(2)))["y"].tolist() == [[4.0, 4.0]]  # the task path still serves
+        await sched.close()
+        assert instance.closed
+
+    asyncio.run(run())
+
+
+def test_inline_instances_take_requests_only_when_free_and_fast() -> None:
+    """No `submit_then` while the instance would not run inline (slow executions go to its thread), while a
+    request waits for an instance, or while unloading: the data plane keeps the task path for those."""
+
+    async def run() -> None:
+        instance = InlineInstance(inline=False)
+        sched = Scheduler("m", [instance], BatchPolicy(False, 8), ModelStats())
+        sched.start()
+        assert not sched.takes_then()
+        with pytest.raises(InferenceError, match="no instance takes a request without a task"):
+            _then_outcomes(sched, 1)
+        instance.inline = True
+        assert sched.takes_then()
+        instance.gate = asyncio.Event()  # the task path holds the only instance...
+        held = asyncio.ensure_future(sched.submit(req(1)))
+        await until(lambda: instance.batches)
+        assert not sched.takes_then()
+        waiting = asyncio.ensure_future(sched.submit(req(2)))  # ...another request waits for it
+        await asyncio.sleep(0)
+        instance.gate.set()
+        await asyncio.gather(held, waiting)
+        assert sched.takes_then()
+        closing = asyncio.ensure_future(sched.close())
+        await asyncio.sleep(0)
+        with pytest.raises(InferenceError, match="unloading"):
+            _then_outcomes(sched, 1)
+        await closing
+
+    asyncio.run(run())
+
+
+def test_instances_that_do_not_run_inline_take_no_requests_without_a_task() -> None:
+    """An instance without `runs_inline` (any backend but ONNX Runtime) never does."""
+
+    async def run() -> None:
+        sched = Scheduler("m", [AnsweringInstance()], BatchPolicy(False, 8), ModelStats())
+        sched.start()
+        assert not sched.takes_then()
         await sched.close()
 
     asyncio.run(run())
