@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
 from ensemble_runtime.ensemble import EnsembleGraph, Step
-from ensemble_runtime.ensemble.executor import run_ensemble
+from ensemble_runtime.ensemble.executor import EnsembleRun, run_ensemble
 from ensemble_runtime.errors import (
     ErrorCode,
     InferenceError,
@@ -42,6 +43,7 @@ from ensemble_runtime.sequences import SequenceTag, live_version, names_sequence
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.stats import ComputeTimes
+from ensemble_runtime.step_calls import StepCalls
 from ensemble_runtime.stream_inference import DECOUPLED_REFUSAL, infer_stream
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
@@ -82,6 +84,7 @@ class DataPlane:
     accepting: bool = True
     started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
+    _step_tasks: set[asyncio.Task[dict[str, Tensor]]] = field(default_factory=set)  # ensemble steps run as tasks
     # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
 
@@ -185,9 +188,7 @@ class DataPlane:
                     lv, rec.ensemble.graph, admitted.request, compute, tag
                 )
                 parameters["ensemble_versions"] = versions
-                batch = batch_size_of(admitted.request.inputs) if lv.config.max_batch_size else 1
-                lv.stats.record_request(batch, queued - admitted.start_ns, compute)
-                lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
+                self._count_ensemble(admitted, queued, compute)
             else:
                 outputs = await self._infer_model(lv, admitted.request)
         except Exception as exc:
@@ -202,24 +203,27 @@ class DataPlane:
         self, request: InferRequest, declared: Mapping[str, str] | None, answer: Answer, endpoint: str = GRPC_ENDPOINT
     ) -> bool:
         """`infer` without a task, where it can be: a request in no sequence, for a model (no ensemble, not
-        decoupled) whose instances queue calls on their own threads (`Scheduler.takes_then`). Here, on the loop,
-        the request is checked as `infer` checks it (raising the same errors); the instance's thread that runs
-        it calls `answer` with the response or the error, after handing the request's end (statistics, in flight)
-        to the loop: whatever the loop takes after the answer left (a statistics request) sees it counted. False:
-        nothing was done (call `infer`)."""
+        decoupled) whose instances queue calls on their own threads, or run it inline on the loop
+        (`Scheduler.takes_then`). Here, on the loop, the request is checked as `infer` checks it (raising the same
+        errors); the thread that runs it calls `answer` with the response or the error, after handing the
+        request's end (statistics, in flight) to the loop: whatever the loop takes after the answer left (a
+        statistics request) sees it counted. False: nothing was done (call `infer`)."""
         if not self.accepting or names_sequence(request.parameters):
             return False
         lv = self.registry.find(request.model_name, request.model_version)
+        ensemble = self.registry.records[request.model_name].ensemble
+        if ensemble is not None:
+            return self._ensemble_then(lv, ensemble.graph, request, declared, answer)
         scheduler = lv.scheduler
         if (
-            self.registry.records[request.model_name].ensemble is not None
-            or lv.config.model_transaction_policy.decoupled
+            lv.config.model_transaction_policy.decoupled
             or not isinstance(scheduler, Scheduler)
             or not scheduler.takes_then()
         ):
             return False
         admitted = self._admit(lv, request, declared, None)
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
 
         def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the instance's thread
             end = time.perf_counter_ns()
@@ -233,8 +237,11 @@ class DataPlane:
                     outcome = self._respond(admitted, result, {})
                 except Exception as exc:  # the answer carries it; the request is settled all the same
                     outcome = exc
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
-                loop.call_soon_threadsafe(self._settle, admitted, result, end, settle)
+            if threading.get_ident() == loop_thread:  # it ran inline, on the loop
+                self._settle(admitted, result, end, settle)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
+                    loop.call_soon_threadsafe(self._settle, admitted, result, end, settle)
             answer(outcome)
 
         self.in_flight += 1
@@ -245,6 +252,58 @@ class DataPlane:
             self._settle(admitted, exc, time.perf_counter_ns(), None)
             raise
         return True
+
+    def _ensemble_then(
+        self, lv: LoadedVersion, graph: EnsembleGraph, request: InferRequest, declared: Mapping[str, str] | None,
+        answer: Answer,
+    ) -> bool:
+        """`infer_then` for an ensemble (not decoupled, every step on a scheduler): its steps run through
+        `EnsembleRun` on one version set, each handed to its model as `StepCalls` can; the answer goes out on the
+        loop once the last step ended, after the request is counted."""
+        if graph.decoupled:
+            return False
+        steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
+        if not steps or not StepCalls.can_run(steps):
+            return False
+        admitted = self._admit(lv, request, declared, None)
+        calls = StepCalls(steps, ComputeTimes(), asyncio.get_running_loop(), self._step_tasks)
+        held = (*steps.values(), lv)
+        queued = time.perf_counter_ns()
+
+        def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop
+            end = time.perf_counter_ns()
+            self.in_flight -= 1
+            for version in held:
+                Registry.release(version)
+            outcome: InferResponse | Exception
+            if isinstance(result, Exception):
+                self._count_failure(admitted, result, end)
+                outcome = result
+            else:
+                self._count_ensemble(admitted, queued, calls.compute)
+                self._count_success(admitted, end)
+                try:
+                    outcome = self._respond(admitted, result, {"ensemble_versions": describe_set(steps)})
+                except Exception as exc:
+                    outcome = exc
+            answer(outcome)
+
+        run = EnsembleRun(
+            graph, admitted.request.inputs, admitted.request.requested_outputs, calls.submit, finish,
+            request_id=admitted.request.request_id,
+        )
+        self.in_flight += 1
+        for version in held:
+            Registry.acquire(version)
+        run.start()
+        return True
+
+    def _count_ensemble(self, admitted: _Admitted, queued: int, compute: ComputeTimes) -> None:
+        """An ensemble request's own statistics: one execution, its steps' compute summed."""
+        lv = admitted.lv
+        batch = batch_size_of(admitted.request.inputs) if lv.config.max_batch_size else 1
+        lv.stats.record_request(batch, queued - admitted.start_ns, compute)
+        lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
 
     def _settle(
         self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None
