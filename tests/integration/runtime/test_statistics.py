@@ -90,19 +90,24 @@ def test_refused_request_is_no_failure(server: RuntimeProcess) -> None:
         assert grpc.infer("chain2", [_row("IN")]).as_numpy("OUT")[0] == 2.0
 
 
-def test_each_answer_is_counted_before_the_client_can_ask(server: RuntimeProcess) -> None:
-    """A python model's request is answered from its instance's thread while the statistics are counted on the
-    event loop: a statistics request sent right after each answer, over either protocol, already counts it."""
+@pytest.mark.parametrize(("model", "tensor", "steps"), [("add_one_1", "X", ()), ("chain2", "IN", ("add_one_0", "add_one_1"))])
+def test_each_answer_is_counted_before_the_client_can_ask(
+    server: RuntimeProcess, model: str, tensor: str, steps: tuple[str, ...]
+) -> None:
+    """A python model's request is answered from its instance's thread (an ensemble's from the loop, its steps
+    run on their instances' threads) while the statistics are counted on the event loop: a statistics request
+    sent right after each answer, over either protocol, already counts it, and each of its steps."""
     with server.grpc_client() as grpc, server.http_client() as http:
-        start = _entry(grpc, "add_one_1")
-        row = httpclient.InferInput("X", [16], "FP32")
+        start = {name: _entry(grpc, name) for name in (model, *steps)}
+        row = httpclient.InferInput(tensor, [16], "FP32")
         row.set_data_from_numpy(np.zeros(16, np.float32))
         for i in range(1, 41):
             if i % 2:
-                grpc.infer("add_one_1", [_row("X")])
-                entry = _entry(grpc, "add_one_1")
+                grpc.infer(model, [_row(tensor)])
+                entries = {name: _entry(grpc, name) for name in start}
             else:
-                http.infer("add_one_1", [row])
-                entry = http.get_inference_statistics("add_one_1")["model_stats"][0]
-            assert _count(entry, "success") == _count(start, "success") + i
-            assert int(entry["execution_count"]) == int(start["execution_count"]) + i
+                http.infer(model, [row])
+                entries = {name: http.get_inference_statistics(name)["model_stats"][0] for name in start}
+            for name, entry in entries.items():
+                assert _count(entry, "success") == _count(start[name], "success") + i, name
+                assert int(entry["execution_count"]) == int(start[name]["execution_count"]) + i, name
