@@ -202,9 +202,9 @@ class DataPlane:
     def infer_then(
         self, request: InferRequest, declared: Mapping[str, str] | None, answer: Answer, endpoint: str = GRPC_ENDPOINT
     ) -> bool:
-        """`infer` without a task, where it can be: a request in no sequence, for a model (no ensemble, not
-        decoupled) whose instances queue calls on their own threads, or run it inline on the loop
-        (`Scheduler.takes_then`). Here, on the loop, the request is checked as `infer` checks it (raising the same
+        """`infer` without a task, where it can be: a request in no sequence, for a model (not decoupled) whose
+        instances queue calls on their own threads, or run it inline on the loop (`Scheduler.takes_then`), or for
+        an ensemble (`_ensemble_then`). Here, on the loop, the request is checked as `infer` checks it (raising the same
         errors); the thread that runs it calls `answer` with the response or the error, after handing the
         request's end (statistics, in flight) to the loop: whatever the loop takes after the answer left (a
         statistics request) sees it counted. False: nothing was done (call `infer`)."""
