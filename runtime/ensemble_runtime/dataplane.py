@@ -6,16 +6,17 @@ transports call each for its own requests, as MLServer and KServe divide them.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
+import functools
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
+from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import EnsembleRun, run_ensemble
 from ensemble_runtime.errors import (
@@ -225,23 +226,10 @@ class DataPlane:
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
-        def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the instance's thread
+        def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the thread that ran it
             end = time.perf_counter_ns()
-            outcome: InferResponse | Exception
-            if isinstance(result, Exception):
-                outcome = result
-            elif isinstance(result, BaseException):  # kept from the loop: the request fails, the server goes on
-                outcome = internal(f"model '{lv.model}': execution raised {result!r}")
-            else:
-                try:
-                    outcome = self._respond(admitted, result, {})
-                except Exception as exc:  # the answer carries it; the request is settled all the same
-                    outcome = exc
-            if threading.get_ident() == loop_thread:  # it ran inline, on the loop
-                self._settle(admitted, result, end, settle)
-            else:
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
-                    loop.call_soon_threadsafe(self._settle, admitted, result, end, settle)
+            outcome = self._outcome(admitted, result, {})
+            on_loop(loop, loop_thread, self._settle, admitted, result, end, settle)
             answer(outcome)
 
         self.in_flight += 1
@@ -267,33 +255,20 @@ class DataPlane:
             return False
         admitted = self._admit(lv, request, declared, None)
         calls = StepCalls(steps, ComputeTimes(), asyncio.get_running_loop(), self._step_tasks)
-        held = (*steps.values(), lv)
         queued = time.perf_counter_ns()
 
         def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop
-            end = time.perf_counter_ns()
-            self.in_flight -= 1
-            for version in held:
-                Registry.release(version)
-            outcome: InferResponse | Exception
-            if isinstance(result, Exception):
-                self._count_failure(admitted, result, end)
-                outcome = result
-            else:
+            if not isinstance(result, Exception):
                 self._count_ensemble(admitted, queued, calls.compute)
-                self._count_success(admitted, end)
-                try:
-                    outcome = self._respond(admitted, result, {"ensemble_versions": describe_set(steps)})
-                except Exception as exc:
-                    outcome = exc
-            answer(outcome)
+            self._settle(admitted, result, time.perf_counter_ns(), functools.partial(_release, steps.values()))
+            answer(self._outcome(admitted, result, {"ensemble_versions": describe_set(steps)}))
 
         run = EnsembleRun(
             graph, admitted.request.inputs, admitted.request.requested_outputs, calls.submit, finish,
             request_id=admitted.request.request_id,
         )
         self.in_flight += 1
-        for version in held:
+        for version in (*steps.values(), lv):
             Registry.acquire(version)
         run.start()
         return True
@@ -305,10 +280,24 @@ class DataPlane:
         lv.stats.record_request(batch, queued - admitted.start_ns, compute)
         lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
 
+    def _outcome(
+        self, admitted: _Admitted, result: BackendResult, parameters: dict[str, bool | int | float | str]
+    ) -> InferResponse | Exception:
+        """What a request taken without a task answers: its response, or the error (pure: any thread)."""
+        if isinstance(result, Exception):
+            return result
+        if isinstance(result, BaseException):  # kept from the loop: the request fails, the server goes on
+            return internal(f"model '{admitted.lv.model}': execution raised {result!r}")
+        try:
+            return self._respond(admitted, result, parameters)
+        except Exception as exc:  # the answer carries it; the request is settled all the same
+            return exc
+
     def _settle(
         self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None
     ) -> None:
-        """On the loop: the end of a request `infer_then` took (what leaving `infer` does)."""
+        """On the loop: the end of a request `infer_then` took (what leaving `infer` does); `settle` first (the
+        scheduler's part, or an ensemble's step versions)."""
         if settle is not None:
             settle()
         self.in_flight -= 1
@@ -420,3 +409,8 @@ class DataPlane:
                 graph, request.inputs, request.requested_outputs, call_step, request_id=request.request_id
             )
         return outputs, describe_set(steps)
+
+
+def _release(versions: Iterable[LoadedVersion]) -> None:
+    for lv in versions:
+        Registry.release(lv)

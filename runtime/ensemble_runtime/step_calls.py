@@ -9,12 +9,12 @@ the loop before the run goes on, as `DataPlane._infer_ensemble` counts them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.ensemble import Step
 from ensemble_runtime.errors import ResponseError, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
@@ -73,12 +73,7 @@ class StepCalls:
         when that is the loop: it ran inline), where the step's queue place and statistics are settled first."""
 
         def then(result: BackendResult, settle: Callable[[], None]) -> None:
-            end = time.perf_counter_ns()
-            if threading.get_ident() == self.loop_thread:
-                _settled(settle, ended, result, end)
-                return
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                self.loop.call_soon_threadsafe(_settled, settle, ended, result, end)
+            on_loop(self.loop, self.loop_thread, _settled, settle, ended, result, time.perf_counter_ns())
 
         return then
 
