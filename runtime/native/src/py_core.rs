@@ -223,7 +223,12 @@ impl Call {
             parameters: params,
             outputs: tensors,
         };
-        let encoded = py.allow_threads(|| {
+        let Some(reply) = lock(&self.reply).take() else {
+            return Err(PyRuntimeError::new_err("this call was answered already"));
+        };
+        // Encoded and sent with the GIL released: the send wakes the core's thread, which then does not wait
+        // on the GIL this thread would still hold.
+        py.allow_threads(|| {
             // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
             let slices: Vec<&[u8]> = buffers
                 .iter()
@@ -231,9 +236,9 @@ impl Call {
                     std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
                 })
                 .collect();
-            encode_response(&head, &slices)
+            let _ = reply.send(Ok(encode_response(&head, &slices))); // the client may have gone
         });
         drop(buffers);
-        self.answer(Ok(encoded))
+        Ok(())
     }
 }

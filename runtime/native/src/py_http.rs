@@ -166,7 +166,9 @@ impl HttpCall {
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
-        let joined = py.allow_threads(|| {
+        // Joined and sent with the GIL released: the send wakes the core's thread, which then does not wait
+        // on the GIL this thread would still hold.
+        py.allow_threads(|| {
             let mut body = Vec::with_capacity(parts.iter().map(|p| p.len_bytes()).sum());
             for part in &parts {
                 // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
@@ -174,15 +176,14 @@ impl HttpCall {
                     std::slice::from_raw_parts(part.buf_ptr() as *const u8, part.len_bytes())
                 });
             }
-            Bytes::from(body)
+            let _ = reply.send(HttpAnswer {
+                status,
+                content_type,
+                header_length,
+                body: Bytes::from(body),
+            }); // the client may have gone: nothing to tell it
         });
         drop(parts);
-        let _ = reply.send(HttpAnswer {
-            status,
-            content_type,
-            header_length,
-            body: joined,
-        }); // the client may have gone: nothing to tell it
         Ok(())
     }
 }
