@@ -139,6 +139,28 @@ class GrpcCore:
     def stop(self, grace: float) -> None: ...
 
 @final
+class BinaryInfer:
+    """An infer body of the common binary shape as the core read it: every input's data binary after a small
+    JSON header, no shared memory, and nothing the Python decoder would refuse for its structure."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, ParamValue]:
+        """The request's parameters, in order, without `binary_data_output` (that is `binary_default`)."""
+    @property
+    def binary_default(self) -> bool: ...
+    @property
+    def inputs(self) -> list[tuple[str, str, tuple[int, ...], WireBuffer]]:
+        """(name, datatype, shape, its bytes of the body), in order."""
+    @property
+    def outputs(self) -> dict[str, dict[str, ParamValue]]:
+        """Requested output name -> its parameters, in order."""
+
+def binary_infer(header_length: str | None, body: bytes) -> BinaryInfer | None:
+    """What the core reads from an infer body (as `HttpCall.binary`), or None where it leaves it to Python."""
+
+@final
 class HttpCall:
     """One KServe v2 infer request the HTTP core read: the path's model and version, the body, the reply."""
 
@@ -152,6 +174,9 @@ class HttpCall:
     def size(self) -> int: ...
     @property
     def body(self) -> WireBuffer: ...
+    @property
+    def binary(self) -> BinaryInfer | None:
+        """The body as the core read it when it has the common binary shape; None: decode `body`."""
     def reply(self, status: int, content_type: str, header_length: int | None, parts: Sequence[bytes | NDArray[Any]]) -> None:
         """The body is `parts` joined (each C-contiguous bytes: the JSON header, then binary outputs as
         uint8 views), with the GIL released."""

@@ -1,10 +1,11 @@
 """The native HTTP front end (`--http-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
 the HTTP port. It answers the KServe v2 infer endpoint itself: restriction and body limits checked there, the
 body read there and handed over in batches (one event-loop wake-up per batch, `add_reader` on the core's
-descriptor), decoded and answered here through the data plane (from the model instance's thread, without a task,
-where the data plane can). Everything else (every other route, compressed
-requests) it forwards to the aiohttp app, which listens on a Unix socket in a private directory: one set of
-routes, statuses and messages for both paths."""
+descriptor). A body of the common binary shape (every input's data binary, no shared memory) has its JSON header
+read by the core too (`HttpCall.binary`); any other body is decoded here. Answered here through the data plane
+(from the model instance's thread, without a task, where the data plane can). Everything else (every other
+route, compressed requests) it forwards to the aiohttp app, which listens on a Unix socket in a private
+directory: one set of routes, statuses and messages for both paths."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ from aiohttp import web
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError, bounded
-from ensemble_runtime.inference import InferResponse
+from ensemble_runtime.inference import InferRequest, InferResponse, Tensor
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import status_codes
-from ensemble_runtime.protocol._native import HttpCall, HttpCore
+from ensemble_runtime.protocol._native import BinaryInfer, HttpCall, HttpCore
 from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
 from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.restrictions import Category, Restrictions
-from ensemble_runtime.shared_memory import sends_to_shared_memory
+from ensemble_runtime.shared_memory import SharedMemoryRegistry, sends_to_shared_memory
 
 log = logging.getLogger(__name__)
 HTTP_UNAVAILABLE = 503
@@ -57,9 +58,7 @@ def begin_http_infer(call: HttpCall, dataplane: DataPlane) -> Coroutine[Any, Any
     if call.size > INLINE_BYTES:  # decoded off the loop by answer_http_infer
         return answer_http_infer(call, dataplane)
     try:
-        decoded = codec.decode_infer_request(
-            call.body, call.header_length, call.model, call.version, dataplane.shared_memory
-        )
+        decoded = decode_call(call, dataplane.shared_memory)
         request = decoded.request
         if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
             request, decoded.declared, functools.partial(_answer_then, call, decoded), HTTP_ENDPOINT
@@ -69,6 +68,27 @@ def begin_http_infer(call: HttpCall, dataplane: DataPlane) -> Coroutine[Any, Any
         _fail_infer(call, exc)
         return None
     return answer_http_infer(call, dataplane, decoded)
+
+
+def decode_call(call: HttpCall, shm: SharedMemoryRegistry | None) -> codec.DecodedInfer:
+    """The call's request: from what the core read (`call.binary`) when it could, else from the body."""
+    binary = call.binary
+    if binary is None:
+        return codec.decode_infer_request(call.body, call.header_length, call.model, call.version, shm)
+    return decode_binary(binary, call.model, call.version)
+
+
+def decode_binary(binary: BinaryInfer, model: str, version: str) -> codec.DecodedInfer:
+    """What `codec.decode_infer_request` makes of a body the core read: the core made its structural checks,
+    the tensors are checked against their bytes here, in the same order, with the same messages."""
+    inputs: dict[str, Tensor] = {}
+    declared: dict[str, str] = {}
+    for name, wire, shape, data in binary.inputs:
+        inputs[name] = codec.tensor_from_binary(name, wire, shape, memoryview(data))
+        declared[name] = wire
+    outputs = binary.outputs
+    request = InferRequest(model, version, inputs, list(outputs), binary.id, binary.parameters, outputs)
+    return codec.DecodedInfer(request, declared, binary.binary_default)
 
 
 def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResponse | Exception) -> None:
@@ -93,9 +113,7 @@ async def answer_http_infer(
     shm = dataplane.shared_memory
     try:
         if decoded is None:
-            decoded = await sized(
-                call.size, codec.decode_infer_request, call.body, call.header_length, call.model, call.version, shm
-            )
+            decoded = await sized(call.size, decode_call, call, shm)
         response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
         size = sum(int(array.nbytes) for array in response.outputs.values())
         head, chunks = await sized(size, codec.encode_infer_parts, response, decoded, shm)

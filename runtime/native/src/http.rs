@@ -1,6 +1,7 @@
 //! The HTTP/1.1 port on hyper. The KServe v2 infer endpoint (`POST /v2/models/{m}[/versions/{v}]/infer`) is
 //! served here: the inference restriction checked on the headers, the body read within its limit (refused by
-//! its Content-Length before a byte is read), then handed to the Python data plane through the [`WakeQueue`],
+//! its Content-Length before a byte is read), its JSON header read when the body has the common binary shape
+//! ([`crate::http_infer`]), then handed to the Python data plane through the [`WakeQueue`],
 //! which answers with a finished body. Every other request, and an infer request this core leaves alone
 //! (compressed, a percent-encoded name, a query string), is forwarded as it came to the Python (aiohttp) app on
 //! a private Unix socket, and its answer streamed back: one set of routes and messages for both paths.
@@ -20,6 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::oneshot;
 
+use crate::http_infer::{binary_request, BinaryRequest};
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
@@ -65,6 +67,8 @@ pub struct InferCall {
     pub version: String,
     pub header_length: Option<String>,
     pub body: Bytes,
+    /// The body read here when it has the common binary shape ([`binary_request`]); else Python reads it.
+    pub binary: Option<BinaryRequest>,
     pub reply: oneshot::Sender<HttpAnswer>,
 }
 
@@ -295,11 +299,13 @@ async fn infer(
         }
     };
     let (reply, answer) = oneshot::channel();
+    let binary = binary_request(header_length.as_deref(), &body);
     core.queue.push(InferCall {
         model,
         version,
         header_length,
         body,
+        binary,
         reply,
     });
     match answer.await {

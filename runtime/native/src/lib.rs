@@ -4,6 +4,7 @@
 //! What a request means stays in Python; this crate parses and writes the wire.
 
 pub mod http;
+pub mod http_infer;
 pub mod messages;
 pub mod queue;
 pub mod restrict;
@@ -30,6 +31,8 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add_class::<py_core::Call>()?;
     module.add_class::<py_http::PyHttpCore>()?;
     module.add_class::<py_http::HttpCall>()?;
+    module.add_class::<py_http::BinaryInfer>()?;
+    module.add_function(pyo3::wrap_pyfunction!(py_http::binary_infer, module)?)?;
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_stream::StreamWritable>()?;

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Limit, Restriction};
+use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::py_request::WireBuffer;
 use crate::py_serving::{lock, Serving};
 
@@ -81,6 +82,7 @@ impl PyHttpCore {
                 version,
                 header_length,
                 body,
+                binary,
                 reply,
             } = call;
             let size = body.len();
@@ -90,6 +92,7 @@ impl PyHttpCore {
                 header_length,
                 size,
                 body: Py::new(py, WireBuffer::new(body))?,
+                binary,
                 reply: Mutex::new(Some(reply)),
             };
             out.append(Py::new(py, item)?)?;
@@ -111,6 +114,7 @@ pub struct HttpCall {
     header_length: Option<String>,
     size: usize,
     body: Py<WireBuffer>,
+    binary: Option<BinaryRequest>,
     reply: Mutex<Option<tokio::sync::oneshot::Sender<HttpAnswer>>>,
 }
 
@@ -144,6 +148,15 @@ impl HttpCall {
     #[getter]
     fn body(&self, py: Python<'_>) -> Py<WireBuffer> {
         self.body.clone_ref(py)
+    }
+
+    /// The body as read by the core when it has the common binary shape (`binary_infer`), else None.
+    #[getter]
+    fn binary(&self, py: Python<'_>) -> PyResult<Option<Py<BinaryInfer>>> {
+        self.binary
+            .as_ref()
+            .map(|request| binary_view(py, request))
+            .transpose()
     }
 
     /// Answers: the status, the Content-Type, the JSON header's length when binary data follows it, and the
@@ -186,4 +199,70 @@ impl HttpCall {
         drop(parts);
         Ok(())
     }
+}
+
+/// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
+/// parameters (without `binary_data_output`, which is `binary_default`), each input as (name, datatype,
+/// shape, its bytes of the body), and the outputs requested, name -> parameters, in order.
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
+pub struct BinaryInfer {
+    id: String,
+    parameters: Py<PyDict>,
+    binary_default: bool,
+    inputs: Py<PyList>,
+    outputs: Py<PyDict>,
+}
+
+fn params_dict(py: Python<'_>, parameters: &Params) -> PyResult<Py<PyDict>> {
+    let out = PyDict::new(py);
+    for (key, value) in parameters {
+        match value {
+            Scalar::Bool(v) => out.set_item(key, v)?,
+            Scalar::Int(v) => out.set_item(key, v)?,
+            Scalar::Uint(v) => out.set_item(key, v)?,
+            Scalar::Float(v) => out.set_item(key, v)?,
+            Scalar::Str(v) => out.set_item(key, v)?,
+        }
+    }
+    Ok(out.unbind())
+}
+
+fn binary_view(py: Python<'_>, request: &BinaryRequest) -> PyResult<Py<BinaryInfer>> {
+    let inputs = PyList::empty(py);
+    for input in &request.inputs {
+        let item = (
+            &input.name,
+            &input.datatype,
+            PyTuple::new(py, &input.shape)?,
+            Py::new(py, WireBuffer::new(input.data.clone()))?,
+        );
+        inputs.append(item)?;
+    }
+    let outputs = PyDict::new(py);
+    for output in &request.outputs {
+        outputs.set_item(&output.name, params_dict(py, &output.parameters)?)?;
+    }
+    let view = BinaryInfer {
+        id: request.id.clone(),
+        parameters: params_dict(py, &request.parameters)?,
+        binary_default: request.binary_default,
+        inputs: inputs.unbind(),
+        outputs: outputs.unbind(),
+    };
+    Py::new(py, view)
+}
+
+/// What the core reads from an infer body (`header_length`: the `Inference-Header-Content-Length` as sent),
+/// or None where it leaves the body to Python; as `HttpCall.binary`.
+#[pyfunction]
+#[pyo3(signature = (header_length, body))]
+pub fn binary_infer(
+    py: Python<'_>,
+    header_length: Option<&str>,
+    body: &[u8],
+) -> PyResult<Option<Py<BinaryInfer>>> {
+    let body = Bytes::copy_from_slice(body);
+    binary_request(header_length, &body)
+        .map(|request| binary_view(py, &request))
+        .transpose()
 }

@@ -1,0 +1,327 @@
+//! The common shape of a KServe v2 HTTP infer body, read here without the GIL: a small JSON header whose inputs
+//! all carry their data as binary (`binary_data_size`) after it, and outputs that name no shared memory.
+//!
+//! This is a fast path, not a second decoder: [`binary_request`] answers `Some` only for a body the Python
+//! decoder (`http_codec.decode_infer_request`) reads into the same request, with every structural check it
+//! makes already passed. Anything else (JSON `data`, shared memory, an unusual number, any error at all) is
+//! `None`, and Python decodes the body as before, with its own messages. What is left to Python on this path
+//! are the checks of a tensor against its bytes (`tensor_from_binary`), the same calls in the same order.
+
+use bytes::Bytes;
+use serde_json::{Map, Number, Value};
+
+/// The largest JSON header tried here; a larger one (JSON tensors, most likely) goes to Python.
+pub const MAX_HEADER: usize = 16 * 1024;
+/// The wire datatypes the Python decoder accepts (`http_codec._DATATYPES`: numpy has no BF16).
+pub const DATATYPES: [&str; 13] = [
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+    "FP32", "FP64", "BYTES",
+];
+/// Beyond this a JSON float may have been written as an integer, which Python keeps exact: not ours to read.
+const EXACT_FLOAT: f64 = 9_007_199_254_740_992.0; // 2**53
+
+/// A parameter's value as Python's `json` reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(String),
+}
+
+/// Parameters in the order they were written (a repeated key keeps its first place and its last value, as
+/// a Python dict built from JSON does).
+pub type Params = Vec<(String, Scalar)>;
+
+#[derive(Debug)]
+pub struct BinaryInput {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    /// Its bytes of the body, not copied.
+    pub data: Bytes,
+}
+
+#[derive(Debug)]
+pub struct BinaryOutput {
+    pub name: String,
+    pub parameters: Params,
+}
+
+#[derive(Debug)]
+pub struct BinaryRequest {
+    pub id: String,
+    /// Without `binary_data_output`, which is `binary_default`.
+    pub parameters: Params,
+    pub binary_default: bool,
+    pub inputs: Vec<BinaryInput>,
+    pub outputs: Vec<BinaryOutput>,
+}
+
+/// The `Inference-Header-Content-Length` as plain decimal digits (Python's `int` takes more: those go there).
+fn header_length(value: Option<&str>, body: usize) -> Option<usize> {
+    match value {
+        None => Some(body),
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
+            text.parse::<usize>().ok().filter(|n| *n <= body)
+        }
+        Some(_) => None,
+    }
+}
+
+fn scalar(value: &Value) -> Option<Scalar> {
+    Some(match value {
+        Value::Bool(b) => Scalar::Bool(*b),
+        Value::String(s) => Scalar::Str(s.clone()),
+        Value::Number(n) => number(n)?,
+        _ => return None,
+    })
+}
+
+fn number(n: &Number) -> Option<Scalar> {
+    if let Some(v) = n.as_i64() {
+        return Some(Scalar::Int(v));
+    }
+    if let Some(v) = n.as_u64() {
+        return Some(Scalar::Uint(v));
+    }
+    let v = n.as_f64()?;
+    (v.is_finite() && v.abs() < EXACT_FLOAT).then_some(Scalar::Float(v))
+}
+
+/// A `parameters` member: absent or null is none; otherwise an object of scalars, none of them naming shared
+/// memory.
+fn params(raw: Option<&Value>) -> Option<Params> {
+    let object = match raw {
+        None | Some(Value::Null) => return Some(Vec::new()),
+        Some(Value::Object(object)) => object,
+        Some(_) => return None,
+    };
+    object
+        .iter()
+        .map(|(key, value)| {
+            if key.starts_with("shared_memory_") {
+                return None;
+            }
+            Some((key.clone(), scalar(value)?))
+        })
+        .collect()
+}
+
+fn name(item: &Map<String, Value>) -> Option<String> {
+    match item.get("name") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn take(parameters: &mut Params, key: &str) -> Option<Scalar> {
+    let at = parameters.iter().position(|(k, _)| k == key)?;
+    Some(parameters.remove(at).1)
+}
+
+fn input(raw: &Value, binary: &Bytes, offset: usize) -> Option<BinaryInput> {
+    let item = raw.as_object()?;
+    if item.contains_key("data") {
+        return None;
+    }
+    let name = name(item)?;
+    let datatype = match item.get("datatype") {
+        Some(Value::String(s)) if DATATYPES.contains(&s.as_str()) => s.clone(),
+        _ => return None,
+    };
+    let shape = match item.get("shape") {
+        Some(Value::Array(dims)) => dims.iter().map(Value::as_i64).collect::<Option<Vec<_>>>()?,
+        _ => return None,
+    };
+    let parameters = params(item.get("parameters"))?;
+    let size = match parameters.iter().find(|(k, _)| k == "binary_data_size")?.1 {
+        Scalar::Int(n) if n >= 0 => n as usize,
+        Scalar::Uint(n) => usize::try_from(n).ok()?,
+        _ => return None,
+    };
+    let end = offset
+        .checked_add(size)
+        .filter(|end| *end <= binary.len())?;
+    Some(BinaryInput {
+        name,
+        datatype,
+        shape,
+        data: binary.slice(offset..end),
+    })
+}
+
+fn output(raw: &Value) -> Option<BinaryOutput> {
+    let item = raw.as_object()?;
+    let name = name(item)?;
+    let parameters = params(item.get("parameters"))?;
+    if let Some((_, value)) = parameters.iter().find(|(k, _)| k == "binary_data") {
+        if !matches!(value, Scalar::Bool(_)) {
+            return None;
+        }
+    }
+    Some(BinaryOutput { name, parameters })
+}
+
+/// The request, when `body` has the common binary shape and Python would read it without an error of its
+/// own structure (see the module's note); `None` leaves the body to Python.
+pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option<BinaryRequest> {
+    let length = header_length(header_length_value, body.len())?;
+    if length == 0 || length > MAX_HEADER {
+        return None;
+    }
+    let header: Value = serde_json::from_slice(&body[..length]).ok()?;
+    let header = header.as_object()?;
+    let binary = body.slice(length..);
+    let id = match header.get("id") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return None,
+    };
+    let mut parameters = params(header.get("parameters"))?;
+    let binary_default = match take(&mut parameters, "binary_data_output") {
+        None => false,
+        Some(Scalar::Bool(b)) => b,
+        Some(_) => return None,
+    };
+    let mut inputs: Vec<BinaryInput> = Vec::new();
+    let mut offset = 0;
+    for raw in header.get("inputs")?.as_array()? {
+        let tensor = input(raw, &binary, offset)?;
+        if inputs.iter().any(|seen| seen.name == tensor.name) {
+            return None;
+        }
+        offset += tensor.data.len();
+        inputs.push(tensor);
+    }
+    if offset != binary.len() {
+        return None;
+    }
+    let mut outputs: Vec<BinaryOutput> = Vec::new();
+    match header.get("outputs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for raw in items {
+                let tensor = output(raw)?;
+                if outputs.iter().any(|seen| seen.name == tensor.name) {
+                    return None;
+                }
+                outputs.push(tensor);
+            }
+        }
+        Some(_) => return None,
+    }
+    Some(BinaryRequest {
+        id,
+        parameters,
+        binary_default,
+        inputs,
+        outputs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(header: &str, binary: &[u8]) -> (String, Bytes) {
+        let mut all = header.as_bytes().to_vec();
+        all.extend_from_slice(binary);
+        (header.len().to_string(), Bytes::from(all))
+    }
+
+    const PERF: &str = r#"{"inputs":[{"name":"X","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y","parameters":{"binary_data":true}}]}"#;
+
+    #[test]
+    fn reads_a_binary_request_and_slices_its_tensors() {
+        let (length, all) = body(PERF, &[7u8; 16]);
+        let request = binary_request(Some(&length), &all).expect("the common shape");
+        assert_eq!(request.id, "");
+        assert!(request.parameters.is_empty() && !request.binary_default);
+        let x = &request.inputs[0];
+        assert_eq!(
+            (x.name.as_str(), x.datatype.as_str(), x.shape.clone()),
+            ("X", "FP32", vec![1, 4])
+        );
+        assert_eq!(&x.data[..], &[7u8; 16]);
+        assert_eq!(request.outputs[0].name, "Y");
+        assert_eq!(
+            request.outputs[0].parameters,
+            vec![("binary_data".into(), Scalar::Bool(true))]
+        );
+    }
+
+    #[test]
+    fn keeps_parameters_in_order_without_binary_data_output() {
+        let header = r#"{"id":"r1","parameters":{"z":1,"binary_data_output":true,"a":"s","f":0.5,"u":18446744073709551615,"z":2},"inputs":[]}"#;
+        let (length, all) = body(header, b"");
+        let request = binary_request(Some(&length), &all).expect("read");
+        assert_eq!(request.id, "r1");
+        assert!(request.binary_default);
+        let expected = vec![
+            ("z".to_string(), Scalar::Int(2)),
+            ("a".to_string(), Scalar::Str("s".into())),
+            ("f".to_string(), Scalar::Float(0.5)),
+            ("u".to_string(), Scalar::Uint(u64::MAX)),
+        ];
+        assert_eq!(request.parameters, expected);
+    }
+
+    #[test]
+    fn leaves_everything_else_to_python() {
+        let binary = [0u8; 16];
+        let refused = [
+            // JSON data, shared memory, a missing size
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"shared_memory_region":"r","binary_data_size":16}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32"}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y","parameters":{"shared_memory_region":"r"}}]}"#,
+            // what Python refuses with its own message
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16.0}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"BF16","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[true],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"inputs":[{"name":"","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":8}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":32}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}},{"name":"X","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}"#,
+            r#"{"id":3,"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"parameters":{"binary_data_output":1},"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"parameters":{"p":[1]},"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"parameters":{"p":123456789012345678901234567890},"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y","parameters":{"binary_data":1}}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y"},{"name":"Y"}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":{}}"#,
+            r#"{"inputs":{}}"#,
+            r#"[]"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]"#,
+            "{\"id\":\"\\ud800\",\"inputs\":[{\"name\":\"X\",\"shape\":[4],\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":16}}]}",
+            "\u{feff}{\"inputs\":[{\"name\":\"X\",\"shape\":[4],\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":16}}]}",
+        ];
+        for header in refused {
+            let (length, all) = body(header, &binary);
+            assert!(
+                binary_request(Some(&length), &all).is_none(),
+                "took {header}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_the_header_length_as_python_would_or_not_at_all() {
+        let (_, all) = body(PERF, &[0u8; 16]);
+        for bad in ["", "+161", " 161", "1_0", "-1", "99999", "١٢"] {
+            assert!(binary_request(Some(bad), &all).is_none(), "took {bad:?}");
+        }
+        let header = r#"{"inputs":[{"name":"X","shape":[0],"datatype":"FP32","parameters":{"binary_data_size":0}}]}"#;
+        let all_json = Bytes::from(header.as_bytes().to_vec());
+        assert!(binary_request(None, &all_json).is_some());
+    }
+
+    #[test]
+    fn leaves_a_large_header_to_python() {
+        let pad = " ".repeat(MAX_HEADER);
+        let (length, all) = body(&format!("{PERF}{pad}"), &[0u8; 16]);
+        assert!(binary_request(Some(&length), &all).is_none());
+    }
+}
