@@ -1,6 +1,6 @@
 """Type stub for the native protocol core (runtime/native, Rust; built into this package by setuptools-rust)."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 from numpy.typing import NDArray
@@ -160,6 +160,12 @@ class BinaryInfer:
 def binary_infer(header_length: str | None, body: bytes) -> BinaryInfer | None:
     """What the core reads from an infer body (as `HttpCall.binary`), or None where it leaves it to Python."""
 
+def binary_reply_head(
+    model_name: str, model_version: str, id: str, parameters: Mapping[str, ParamValue],
+    outputs: Sequence[tuple[str, str, Sequence[int], int]],
+) -> bytes | None:
+    """The JSON header `HttpCall.reply_binary` writes (`outputs`: name, datatype, shape, data size), or None."""
+
 @final
 class HttpCall:
     """One KServe v2 infer request the HTTP core read: the path's model and version, the body, the reply."""
@@ -177,6 +183,13 @@ class HttpCall:
     @property
     def binary(self) -> BinaryInfer | None:
         """The body as the core read it when it has the common binary shape; None: decode `body`."""
+    def reply_binary(
+        self, model_name: str, model_version: str, id: str, parameters: Mapping[str, ParamValue],
+        outputs: Sequence[tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]],
+    ) -> bool:
+        """200 with every output as binary data after a JSON header written by the core, byte for byte as
+        `http_codec.encode_infer_parts` writes it, with the GIL released. False, nothing sent: a value it does
+        not write exactly (a float parameter, an integer past 64 bits, text that is not Unicode)."""
     def reply(self, status: int, content_type: str, header_length: int | None, parts: Sequence[bytes | NDArray[Any]]) -> None:
         """The body is `parts` joined (each C-contiguous bytes: the JSON header, then binary outputs as
         uint8 views), with the GIL released."""

@@ -26,6 +26,7 @@ from ensemble_runtime.shared_memory import (
     output_refs,
     parse_ref,
     read_input,
+    sends_to_shared_memory,
     write_output,
 )
 
@@ -356,6 +357,25 @@ def encode_infer_parts(
         header["parameters"] = dict(response.parameters)
     header["outputs"] = outputs
     return dumps(header), chunks
+
+
+BinaryOutput = tuple[str, str, tuple[int, ...], Chunk]  # name, datatype, shape, its binary data
+
+
+def binary_outputs(response: InferResponse, decoded: DecodedInfer) -> list[BinaryOutput] | None:
+    """Every output as (name, datatype, shape, binary data), in order, when all of them go back as binary data
+    after the JSON header (none as JSON, none in shared memory); None otherwise. The data is what
+    `encode_infer_parts` appends."""
+    if not response.outputs or sends_to_shared_memory(decoded.request.output_parameters):
+        return None
+    outputs: list[BinaryOutput] = []
+    for name, array in response.outputs.items():
+        if not decoded.binary(name):
+            return None
+        wire = dtypes.numpy_to_wire(array.dtype)
+        raw: Chunk = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        outputs.append((name, wire, array.shape, raw))
+    return outputs
 
 
 def encode_infer_response(

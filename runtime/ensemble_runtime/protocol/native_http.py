@@ -97,6 +97,11 @@ def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResp
         _fail_infer(call, outcome)
         return
     try:
+        outputs = codec.binary_outputs(outcome, decoded)
+        if outputs is not None and call.reply_binary(
+            outcome.model_name, outcome.model_version, outcome.id, outcome.parameters, outputs
+        ):
+            return  # the core wrote the JSON header, as encode_infer_parts does, without the GIL
         head, chunks = codec.encode_infer_parts(outcome, decoded)
     except Exception as exc:
         _fail_infer(call, exc)

@@ -8,10 +8,11 @@ use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Limit, Restriction};
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
+use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
 use crate::py_request::WireBuffer;
 use crate::py_serving::{lock, Serving};
 
@@ -107,6 +108,9 @@ impl PyHttpCore {
     }
 }
 
+/// An answer's output as Python hands it: name, datatype, shape, data.
+type PyOutput<'py> = (Bound<'py, PyString>, String, Vec<i64>, PyBuffer<u8>);
+
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct HttpCall {
     model: String,
@@ -199,6 +203,55 @@ impl HttpCall {
         drop(parts);
         Ok(())
     }
+
+    /// Answers 200 with every output as binary data after a JSON header written here, byte for byte as
+    /// `http_codec.encode_infer_parts` writes it, with the GIL released. `outputs`: (name, datatype, shape,
+    /// data) as `reply_infer` of the gRPC core takes them. False, and nothing sent, when a value is not one
+    /// written here exactly (a float parameter, a string that is not Unicode): the caller encodes it.
+    #[pyo3(signature = (model_name, model_version, id, parameters, outputs))]
+    fn reply_binary(
+        &self,
+        py: Python<'_>,
+        model_name: &Bound<'_, PyString>,
+        model_version: &Bound<'_, PyString>,
+        id: &Bound<'_, PyString>,
+        parameters: &Bound<'_, PyDict>,
+        outputs: Vec<PyOutput<'_>>,
+    ) -> PyResult<bool> {
+        if outputs.iter().any(|(.., data)| !data.is_c_contiguous()) {
+            return Err(PyValueError::new_err("an output's data is not contiguous"));
+        }
+        let sized = outputs
+            .iter()
+            .map(|(name, datatype, shape, data)| (name, datatype, shape, data.len_bytes()));
+        let Some(head) = head_of(model_name, model_version, id, parameters, sized) else {
+            return Ok(false);
+        };
+        let Some(reply) = lock(&self.reply).take() else {
+            return Err(PyRuntimeError::new_err("this call was answered already"));
+        };
+        let buffers: Vec<PyBuffer<u8>> = outputs.into_iter().map(|(.., data)| data).collect();
+        py.allow_threads(|| {
+            let head = reply_head(&head);
+            let size = head.len() + buffers.iter().map(|b| b.len_bytes()).sum::<usize>();
+            let mut body = Vec::with_capacity(size);
+            body.extend_from_slice(head.as_bytes());
+            for data in &buffers {
+                // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
+                body.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(data.buf_ptr() as *const u8, data.len_bytes())
+                });
+            }
+            let _ = reply.send(HttpAnswer {
+                status: 200,
+                content_type: "application/octet-stream".to_string(),
+                header_length: Some(head.len()),
+                body: Bytes::from(body),
+            }); // the client may have gone: nothing to tell it
+        });
+        drop(buffers);
+        Ok(true)
+    }
 }
 
 /// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
@@ -265,4 +318,75 @@ pub fn binary_infer(
     binary_request(header_length, &body)
         .map(|request| binary_view(py, &request))
         .transpose()
+}
+
+fn text(s: &Bound<'_, PyString>) -> Option<String> {
+    s.to_str().ok().map(str::to_owned)
+}
+
+/// A parameter value as Python's `json` writes it, when it is one written here exactly.
+fn reply_value(value: &Bound<'_, PyAny>) -> Option<ReplyValue> {
+    if let Ok(b) = value.downcast_exact::<PyBool>() {
+        return Some(ReplyValue::Bool(b.is_true()));
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<i64>() {
+            return Some(ReplyValue::Int(n));
+        }
+        return value.extract::<u64>().ok().map(ReplyValue::Uint);
+    }
+    value
+        .downcast_exact::<PyString>()
+        .ok()
+        .and_then(text)
+        .map(ReplyValue::Str)
+}
+
+fn head_of<'a, 'py: 'a>(
+    model_name: &Bound<'py, PyString>,
+    model_version: &Bound<'py, PyString>,
+    id: &Bound<'py, PyString>,
+    parameters: &Bound<'py, PyDict>,
+    outputs: impl Iterator<Item = (&'a Bound<'py, PyString>, &'a String, &'a Vec<i64>, usize)>,
+) -> Option<ReplyHead> {
+    let mut params = Vec::with_capacity(parameters.len());
+    for (key, value) in parameters.iter() {
+        let key = key.downcast_exact::<PyString>().ok().and_then(text)?;
+        params.push((key, reply_value(&value)?));
+    }
+    let mut tensors = Vec::new();
+    for (name, datatype, shape, size) in outputs {
+        tensors.push(ReplyOutput {
+            name: text(name)?,
+            datatype: datatype.clone(),
+            shape: shape.clone(),
+            size,
+        });
+    }
+    Some(ReplyHead {
+        model_name: text(model_name)?,
+        model_version: text(model_version)?,
+        id: text(id)?,
+        parameters: params,
+        outputs: tensors,
+    })
+}
+
+/// The JSON header `HttpCall.reply_binary` writes for these values (`outputs`: name, datatype, shape, size of
+/// the data), or None where it leaves the answer to the Python encoder.
+#[pyfunction]
+#[pyo3(signature = (model_name, model_version, id, parameters, outputs))]
+pub fn binary_reply_head<'py>(
+    py: Python<'py>,
+    model_name: &Bound<'py, PyString>,
+    model_version: &Bound<'py, PyString>,
+    id: &Bound<'py, PyString>,
+    parameters: &Bound<'py, PyDict>,
+    outputs: Vec<(Bound<'py, PyString>, String, Vec<i64>, usize)>,
+) -> Option<Bound<'py, PyBytes>> {
+    let sized = outputs
+        .iter()
+        .map(|(name, datatype, shape, size)| (name, datatype, shape, *size));
+    let head = head_of(model_name, model_version, id, parameters, sized)?;
+    Some(PyBytes::new(py, reply_head(&head).as_bytes()))
 }

@@ -1,0 +1,190 @@
+//! The JSON header of an infer answer whose outputs all follow it as binary data, written byte for byte as the
+//! Python encoder (`http_codec.encode_infer_parts`, standard JSON, ASCII only) writes it, so that both paths
+//! answer alike. Values it cannot write exactly (a float parameter) are the caller's to leave to Python.
+
+use std::fmt::Write;
+
+/// A response parameter's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplyValue {
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Str(String),
+}
+
+/// One output: name, datatype, shape, and the size of its binary data.
+#[derive(Clone, Debug)]
+pub struct ReplyOutput {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    pub size: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReplyHead {
+    pub model_name: String,
+    pub model_version: String,
+    /// Written only when not empty.
+    pub id: String,
+    /// Written only when not empty.
+    pub parameters: Vec<(String, ReplyValue)>,
+    pub outputs: Vec<ReplyOutput>,
+}
+
+/// `text` as a JSON string, as Python's `json` writes it with `ensure_ascii`: printable ASCII as it is, `"`
+/// and `\` and the five short control escapes escaped, everything else as `\uXXXX` (lower-case hex; a
+/// surrogate pair beyond the BMP).
+pub fn ascii_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+fn value(out: &mut String, v: &ReplyValue) {
+    match v {
+        ReplyValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        ReplyValue::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        ReplyValue::Uint(n) => {
+            let _ = write!(out, "{n}");
+        }
+        ReplyValue::Str(s) => ascii_string(out, s),
+    }
+}
+
+/// The header, without the binary data that follows it.
+pub fn reply_head(head: &ReplyHead) -> String {
+    let mut out = String::with_capacity(128 + 96 * head.outputs.len());
+    out.push_str("{\"model_name\":");
+    ascii_string(&mut out, &head.model_name);
+    out.push_str(",\"model_version\":");
+    ascii_string(&mut out, &head.model_version);
+    if !head.id.is_empty() {
+        out.push_str(",\"id\":");
+        ascii_string(&mut out, &head.id);
+    }
+    if !head.parameters.is_empty() {
+        out.push_str(",\"parameters\":{");
+        for (i, (key, v)) in head.parameters.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            ascii_string(&mut out, key);
+            out.push(':');
+            value(&mut out, v);
+        }
+        out.push('}');
+    }
+    out.push_str(",\"outputs\":[");
+    for (i, output) in head.outputs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"name\":");
+        ascii_string(&mut out, &output.name);
+        out.push_str(",\"datatype\":");
+        ascii_string(&mut out, &output.datatype);
+        out.push_str(",\"shape\":[");
+        for (j, d) in output.shape.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{d}");
+        }
+        let _ = write!(
+            out,
+            "],\"parameters\":{{\"binary_data_size\":{}}}}}",
+            output.size
+        );
+    }
+    out.push_str("]}");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped_as_python_ensure_ascii_does() {
+        let mut out = String::new();
+        ascii_string(&mut out, "a\"b\\c\n\r\t\u{8}\u{c}\u{1}\u{7f}é\u{1F600}~ ");
+        assert_eq!(
+            out,
+            r#""a\"b\\c\n\r\t\b\f\u0001\u007f\u00e9\ud83d\ude00~ ""#
+        );
+    }
+
+    #[test]
+    fn the_head_is_written_in_the_encoder_order() {
+        let head = ReplyHead {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: "r".into(),
+            parameters: vec![
+                ("b".into(), ReplyValue::Bool(true)),
+                ("i".into(), ReplyValue::Int(-3)),
+                ("u".into(), ReplyValue::Uint(u64::MAX)),
+                ("s".into(), ReplyValue::Str("x".into())),
+            ],
+            outputs: vec![
+                ReplyOutput {
+                    name: "Y".into(),
+                    datatype: "FP32".into(),
+                    shape: vec![1, 4],
+                    size: 16,
+                },
+                ReplyOutput {
+                    name: "Z".into(),
+                    datatype: "BYTES".into(),
+                    shape: vec![],
+                    size: 5,
+                },
+            ],
+        };
+        assert_eq!(
+            reply_head(&head),
+            concat!(
+                r#"{"model_name":"m","model_version":"1","id":"r","#,
+                r#""parameters":{"b":true,"i":-3,"u":18446744073709551615,"s":"x"},"#,
+                r#""outputs":[{"name":"Y","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}},"#,
+                r#"{"name":"Z","datatype":"BYTES","shape":[],"parameters":{"binary_data_size":5}}]}"#
+            )
+        );
+    }
+
+    #[test]
+    fn an_empty_id_and_no_parameters_are_left_out() {
+        let head = ReplyHead {
+            model_name: "m".into(),
+            model_version: "".into(),
+            id: "".into(),
+            parameters: vec![],
+            outputs: vec![],
+        };
+        assert_eq!(
+            reply_head(&head),
+            r#"{"model_name":"m","model_version":"","outputs":[]}"#
+        );
+    }
+}
