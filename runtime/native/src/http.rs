@@ -22,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::oneshot;
 
 use crate::http_infer::{binary_request, BinaryRequest};
+use crate::http_reply::ascii_string;
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
@@ -164,24 +165,9 @@ fn respond(status: StatusCode, content_type: &str, body: Bytes, close: bool) -> 
 /// `{"error": message}` as Python's `json.dumps` writes it (ASCII, \u escapes).
 pub fn error_body(message: &str) -> Bytes {
     let mut out = String::with_capacity(message.len() + 12);
-    out.push_str("{\"error\":\"");
-    for c in message.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push_str("\"}");
+    out.push_str("{\"error\":");
+    ascii_string(&mut out, message);
+    out.push('}');
     Bytes::from(out)
 }
 
@@ -495,5 +481,9 @@ mod tests {
             br#"{"error":"a \"b\"\\\n"}"#
         );
         assert_eq!(&error_body("é😀")[..], br#"{"error":"\u00e9\ud83d\ude00"}"#);
+        assert_eq!(
+            &error_body("\u{8}\u{c}\u{1}\u{7f}")[..],
+            br#"{"error":"\b\f\u0001\u007f"}"#
+        );
     }
 }
