@@ -329,6 +329,11 @@ def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
         ) from None
 
 
+def _chunk(wire: str, array: Tensor) -> Chunk:
+    """An output's binary data: serialized BYTES, or the array's bytes as a uint8 view (no copy when contiguous)."""
+    return dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
 def encode_infer_parts(
     response: InferResponse, decoded: DecodedInfer, shm: SharedMemoryRegistry | None = None
 ) -> tuple[bytes, list[Chunk]]:
@@ -344,7 +349,7 @@ def encode_infer_parts(
         if shm is not None and name in in_shm:
             write_output(shm, in_shm[name], name, array)
         elif decoded.binary(name):
-            raw: Chunk = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            raw = _chunk(wire, array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
@@ -373,8 +378,7 @@ def binary_outputs(response: InferResponse, decoded: DecodedInfer) -> list[Binar
         if not decoded.binary(name):
             return None
         wire = dtypes.numpy_to_wire(array.dtype)
-        raw: Chunk = dtypes.serialize_bytes(array) if wire == "BYTES" else np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        outputs.append((name, wire, array.shape, raw))
+        outputs.append((name, wire, array.shape, _chunk(wire, array)))
     return outputs
 
 
