@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from ensemble_runtime import thread_policy
 from ensemble_runtime.server import serve
 from ensemble_runtime.settings import parse_settings
 
@@ -18,6 +19,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    why_not = thread_policy.apply(settings.thread_policy)  # before the runtime starts its threads: they inherit it
+    if why_not is not None:
+        logging.getLogger("ensemble_runtime").warning("%s", why_not)
     if settings.event_loop == "uvloop":
         import uvloop
 

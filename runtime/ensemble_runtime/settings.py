@@ -11,6 +11,8 @@ from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pydantic import BaseModel, Field
 
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
+from ensemble_runtime.thread_policy import BATCH
+from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
 
 
 class ControlMode(enum.Enum):
@@ -63,6 +65,7 @@ class RuntimeSettings(BaseModel):
     memory_factor: float = 2.0
     memory_policy: str = "refuse"
     event_loop: str = "uvloop"
+    thread_policy: str = BATCH
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     repository_settle_secs: float = 1.0
@@ -171,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "this is refused; 0: no limit")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"],
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
+    p.add_argument("--thread-policy", choices=THREAD_POLICIES,
+                   help="batch (default): every thread of the runtime runs under Linux's SCHED_BATCH, so a thread "
+                        "a request is handed to does not preempt the one handing it over; inherit: keep the "
+                        "policy the process was started with")
     return p
 
 

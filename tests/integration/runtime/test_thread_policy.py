@@ -1,0 +1,70 @@
+"""`--thread-policy` on a real runtime process: every thread it runs (the event loop, the native cores' threads,
+model instances' threads, the event loop's workers) is SCHED_BATCH by default, after real requests over both
+protocols; with `inherit`, each keeps the policy the process was started with."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.support.runtime_process import RuntimeProcess
+
+
+def _inputs(module: type[grpcclient.InferInput] | type[httpclient.InferInput], shape: list[int]) -> list[Any]:
+    inputs = [module(name, shape, "FP32") for name in ("INPUT0", "INPUT1")]
+    for item in inputs:
+        item.set_data_from_numpy(np.ones(shape, np.float32))
+    return inputs
+
+
+def _serve_a_little(proc: RuntimeProcess) -> None:
+    """Requests that run on each kind of thread: ONNX and python models, over gRPC and HTTP."""
+    with proc.grpc_client() as client:
+        np.testing.assert_array_equal(client.infer("add_sub", _inputs(grpcclient.InferInput, [1, 16])).as_numpy("OUTPUT0"),
+                                      np.full((1, 16), 2, np.float32))
+        np.testing.assert_array_equal(client.infer("py_add_sub", _inputs(grpcclient.InferInput, [4])).as_numpy("OUTPUT0"),
+                                      np.full(4, 2, np.float32))
+    with proc.http_client() as http:
+        np.testing.assert_array_equal(http.infer("py_add_sub", _inputs(httpclient.InferInput, [4])).as_numpy("OUTPUT1"),
+                                      np.zeros(4, np.float32))
+
+
+def _threads(pid: int) -> list[tuple[str, int]]:
+    """(name, scheduling policy) of every thread of `pid` now."""
+    out: list[tuple[str, int]] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            policy = os.sched_getscheduler(int(tid))
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            continue
+        out.append((name, policy))
+    return out
+
+
+def _check(threads: list[tuple[str, int]], policy: int) -> None:
+    names = [name for name, _ in threads]
+    assert {"grpc-core", "http-core"} <= set(names), threads  # the native cores' threads
+    assert names.count("python") >= 3, threads  # the event loop's and py_add_sub's two instances'
+    assert all(p == policy for _, p in threads), threads
+
+
+def test_every_thread_runs_batch_by_default(server: RuntimeProcess) -> None:
+    _serve_a_little(server)
+    _check(_threads(server.pid), os.SCHED_BATCH)
+
+
+def test_inherit_keeps_the_policy_it_was_started_with(repository: Path) -> None:
+    started_with = os.sched_getscheduler(0)
+    assert started_with != os.SCHED_BATCH, "run this test from a process that is not SCHED_BATCH itself"
+    with RuntimeProcess([repository], ["--strict-readiness=false", "--thread-policy=inherit"]) as proc:
+        proc.wait_model_ready("py_add_sub")
+        proc.wait_model_ready("add_sub")
+        _serve_a_little(proc)
+        threads = _threads(proc.pid)
+    _check(threads, started_with)
