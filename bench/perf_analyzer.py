@@ -227,6 +227,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="servers on the first CPU, perf_analyzer on the second (default: with >= 2 CPUs)")
     parser.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True, help="the peer (on)")
+    parser.add_argument("--triton-batch", action="store_true",
+                        help="run the peer under SCHED_BATCH (chrt --batch 0), the policy ours runs under by default")
     parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
                         help="the ONNX overhead point (on)")
     parser.add_argument("--threads", action="store_true",
@@ -265,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
         servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
         if install is not None:
-            servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning))
+            servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning,
+                                                                          args.triton_batch))
         for name, server in servers.items():
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name != TRITON else [])]:
@@ -296,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = {
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
-        "triton": {"pytriton": install.pytriton_version} if install else None,
+        "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

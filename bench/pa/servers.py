@@ -77,11 +77,13 @@ class PinnedRuntime(RuntimeProcess):
 
 
 class PinnedTriton(TritonPeer):
-    """The Triton peer, its command line behind `taskset` when pinned (the stubs it forks inherit it)."""
+    """The Triton peer, its command line behind `taskset` when pinned (the stubs it forks inherit it), and behind
+    `chrt --batch 0` with `batch`: every thread of it and of its stubs under SCHED_BATCH, as ours runs by default
+    (`--thread-policy`), to tell what the policy alone gives either server."""
 
-    def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning) -> None:
+    def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning, batch: bool = False) -> None:
         super().__init__(repositories, install=install)
-        self.prefix = pinning.server_prefix()
+        self.prefix = [*pinning.server_prefix(), *(["chrt", "--batch", "0"] if batch else [])]
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         args, env = super().command()

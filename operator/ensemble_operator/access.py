@@ -36,6 +36,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--memory-factor",
     "--repository-settle-secs",
     "--event-loop",
+    "--thread-policy",
     "--grpc-max-message-bytes",
     "--http-max-body-bytes",
     "--http-max-json-bytes",
