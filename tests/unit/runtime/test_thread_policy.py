@@ -8,7 +8,6 @@ import os
 import threading
 
 import pytest
-
 from ensemble_runtime import thread_policy
 from ensemble_runtime.settings import parse_settings
 
