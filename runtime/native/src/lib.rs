@@ -14,6 +14,8 @@ pub mod service;
 pub mod stream;
 
 #[cfg(feature = "python")]
+mod py_buffers;
+#[cfg(feature = "python")]
 mod py_core;
 #[cfg(feature = "python")]
 mod py_http;

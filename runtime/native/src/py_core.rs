@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
+use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
 use crate::py_serving::{lock, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
@@ -203,11 +204,6 @@ impl Call {
         let mut tensors = Vec::with_capacity(outputs.len());
         let mut buffers = Vec::with_capacity(outputs.len());
         for (name, datatype, shape, buffer) in outputs {
-            if !buffer.is_c_contiguous() {
-                return Err(PyValueError::new_err(format!(
-                    "output '{name}': the data is not contiguous"
-                )));
-            }
             tensors.push(InferOutputTensor {
                 name,
                 datatype,
@@ -216,6 +212,12 @@ impl Call {
             });
             buffers.push(buffer);
         }
+        let buffers = Contiguous::new(buffers).map_err(|index| {
+            PyValueError::new_err(format!(
+                "output '{}': the data is not contiguous",
+                tensors[index].name
+            ))
+        })?;
         let head = ModelInferResponseHead {
             model_name,
             model_version,
@@ -229,14 +231,7 @@ impl Call {
         // Encoded and sent with the GIL released: the send wakes the core's thread, which then does not wait
         // on the GIL this thread would still hold.
         py.allow_threads(|| {
-            // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
-            let slices: Vec<&[u8]> = buffers
-                .iter()
-                .map(|b| unsafe {
-                    std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
-                })
-                .collect();
-            let _ = reply.send(Ok(encode_response(&head, &slices))); // the client may have gone
+            let _ = reply.send(Ok(encode_response(&head, &buffers.slices()))); // the client may have gone
         });
         drop(buffers);
         Ok(())

@@ -13,6 +13,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Limit, Restriction};
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
+use crate::py_buffers::Contiguous;
 use crate::py_request::WireBuffer;
 use crate::py_serving::{lock, Serving};
 
@@ -175,29 +176,19 @@ impl HttpCall {
         header_length: Option<usize>,
         parts: Vec<PyBuffer<u8>>,
     ) -> PyResult<()> {
-        if parts.iter().any(|p| !p.is_c_contiguous()) {
-            return Err(PyValueError::new_err(
-                "a part of the body is not contiguous",
-            ));
-        }
+        let parts = Contiguous::new(parts)
+            .map_err(|_| PyValueError::new_err("a part of the body is not contiguous"))?;
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
         // Joined and sent with the GIL released: the send wakes the core's thread, which then does not wait
         // on the GIL this thread would still hold.
         py.allow_threads(|| {
-            let mut body = Vec::with_capacity(parts.iter().map(|p| p.len_bytes()).sum());
-            for part in &parts {
-                // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
-                body.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(part.buf_ptr() as *const u8, part.len_bytes())
-                });
-            }
             let _ = reply.send(HttpAnswer {
                 status,
                 content_type,
                 header_length,
-                body: Bytes::from(body),
+                body: parts.joined(&[]),
             }); // the client may have gone: nothing to tell it
         });
         drop(parts);
@@ -218,35 +209,28 @@ impl HttpCall {
         parameters: &Bound<'_, PyDict>,
         outputs: Vec<PyOutput<'_>>,
     ) -> PyResult<bool> {
-        if outputs.iter().any(|(.., data)| !data.is_c_contiguous()) {
-            return Err(PyValueError::new_err("an output's data is not contiguous"));
-        }
-        let sized = outputs
+        let (described, data): (Vec<_>, Vec<_>) = outputs
+            .into_iter()
+            .map(|(name, datatype, shape, data)| ((name, datatype, shape, data.len_bytes()), data))
+            .unzip();
+        let buffers = Contiguous::new(data)
+            .map_err(|_| PyValueError::new_err("an output's data is not contiguous"))?;
+        let sized = described
             .iter()
-            .map(|(name, datatype, shape, data)| (name, datatype, shape, data.len_bytes()));
+            .map(|(name, datatype, shape, size)| (name, datatype, shape, *size));
         let Some(head) = head_of(model_name, model_version, id, parameters, sized) else {
             return Ok(false);
         };
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
-        let buffers: Vec<PyBuffer<u8>> = outputs.into_iter().map(|(.., data)| data).collect();
         py.allow_threads(|| {
             let head = reply_head(&head);
-            let size = head.len() + buffers.iter().map(|b| b.len_bytes()).sum::<usize>();
-            let mut body = Vec::with_capacity(size);
-            body.extend_from_slice(head.as_bytes());
-            for data in &buffers {
-                // SAFETY: each PyBuffer holds its exporter alive and C-contiguous for as long as it lives here.
-                body.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(data.buf_ptr() as *const u8, data.len_bytes())
-                });
-            }
             let _ = reply.send(HttpAnswer {
                 status: 200,
                 content_type: "application/octet-stream".to_string(),
                 header_length: Some(head.len()),
-                body: Bytes::from(body),
+                body: buffers.joined(head.as_bytes()),
             }); // the client may have gone: nothing to tell it
         });
         drop(buffers);
