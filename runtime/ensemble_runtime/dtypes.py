@@ -134,6 +134,22 @@ def deserialize_bytes(raw: Buffer, count: int, name: str) -> npt.NDArray[np.obje
     return out
 
 
+def tensor_from_raw(name: str, wire: str, shape: tuple[int, ...], raw: Buffer) -> npt.NDArray[Any]:
+    """An input sent as raw bytes (gRPC `raw_input_contents`, HTTP binary data) as an array of `shape`, checked
+    against its bytes first; read in place (no copy) unless BYTES."""
+    count = element_count(name, shape, wire)
+    if wire == "BYTES":
+        return deserialize_bytes(raw, count, name).reshape(shape)
+    view = memoryview(raw)
+    expected = count * element_size(wire)
+    if len(view) != expected:
+        raise invalid(
+            f"unexpected total byte size {len(view)} for input {quote_name(name)}, expecting {expected} "
+            f"({wire} shape {_shown(shape)})"
+        )
+    return np.frombuffer(view, dtype=wire_to_numpy(wire)).reshape(shape)
+
+
 def to_bytes_array(array: npt.NDArray[Any]) -> npt.NDArray[np.object_]:
     """Normalise str/bytes/object arrays to an object array of bytes."""
     if array.dtype == np.object_:

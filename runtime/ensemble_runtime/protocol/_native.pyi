@@ -75,6 +75,9 @@ class InferRequestView:
     def outputs(self) -> list[OutputTensor]: ...
     @property
     def raw_input_contents(self) -> list[WireBuffer]: ...
+    @property
+    def plain(self) -> list[tuple[str, str, tuple[int, ...], WireBuffer]] | None:
+        """(name, datatype, shape, raw contents) per input, where the core found the request plain."""
 
 @final
 class Call:

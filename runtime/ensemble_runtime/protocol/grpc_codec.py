@@ -2,7 +2,8 @@
 
 `decode_request` reads a protobuf `ModelInferRequest` or the native core's view of one
 (`ensemble_runtime.protocol._native.InferRequestView`: the same attributes, parameters as plain values, raw contents as
-buffers numpy reads in place); `output_payloads` is what both transports send for each output."""
+buffers numpy reads in place); `decode_view` reads the view without the structural walk where the core found the
+request plain; `output_payloads` is what both transports send for each output."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 from ensemble_runtime.dtypes import (
-    deserialize_bytes,
     element_count,
-    element_size,
     numpy_to_wire,
     serialize_bytes,
+    tensor_from_raw,
     wire_to_numpy,
 )
 from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
@@ -35,7 +35,7 @@ from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
 
 if TYPE_CHECKING:
-    from ensemble_runtime.protocol._native import InferRequestView, WireBuffer
+    from ensemble_runtime.protocol._native import InferRequestView
 
 _TYPED_FIELDS = {
     "BOOL": "bool_contents",
@@ -81,20 +81,6 @@ def _shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[tuple[int, ..
     """The declared shape and its element count, checked without allocating anything."""
     shape = tuple(tensor.shape)  # protobuf int64 fields are Python ints already
     return shape, element_count(tensor.name, shape, tensor.datatype)
-
-
-def _from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | WireBuffer) -> Tensor:
-    shape, count = _shape(tensor)
-    if tensor.datatype == "BYTES":
-        return deserialize_bytes(raw, count, tensor.name).reshape(shape)
-    dtype = wire_to_numpy(tensor.datatype)
-    expected = count * element_size(tensor.datatype)
-    if len(raw) != expected:
-        raise invalid(
-            f"unexpected total byte size {len(raw)} for input {quote_name(tensor.name)}, expecting {expected} "
-            f"({tensor.datatype} shape {bounded(str(list(shape)), NAME_LIMIT)})"
-        )
-    return np.frombuffer(memoryview(raw), dtype=dtype).reshape(shape)  # in place, for the native core's buffers too
 
 
 def _from_typed(tensor: pb.ModelInferRequest.InferInputTensor) -> Tensor:
@@ -162,7 +148,7 @@ def decode_request(
             shape = tuple(int(d) for d in tensor.shape)
             inputs[tensor.name] = read_input(shm, ref, tensor.name, tensor.datatype, shape, request.model_name)
         elif raw:
-            inputs[tensor.name] = _from_raw(tensor, raw[raw_index])
+            inputs[tensor.name] = tensor_from_raw(tensor.name, tensor.datatype, tuple(tensor.shape), raw[raw_index])
             raw_index += 1
         else:
             inputs[tensor.name] = _from_typed(tensor)
@@ -189,6 +175,26 @@ def decode_request(
         ),
         declared,
     )
+
+
+def decode_view(view: InferRequestView, shm: SharedMemoryRegistry | None = None) -> tuple[InferRequest, dict[str, str]]:
+    """The native core's view of a request, as `decode_request` reads it. Where the core found it plain
+    (`view.plain`: each input in raw contents, no shared memory or typed contents, names unique, datatypes
+    known), every structural check has passed already, and the request is built from the core's tensors with
+    only the checks of each tensor against its bytes, in the same order."""
+    plain = view.plain
+    if plain is None:
+        return decode_request(view, shm)
+    inputs: dict[str, Tensor] = {}
+    declared: dict[str, str] = {}
+    for name, wire, shape, data in plain:
+        inputs[name] = tensor_from_raw(name, wire, shape, data)
+        declared[name] = wire
+    output_params = {output.name: output.parameters for output in view.outputs}
+    request = InferRequest(
+        view.model_name, view.model_version, inputs, list(output_params), view.id, view.parameters, output_params
+    )
+    return request, declared
 
 
 OutputPayload = tuple[str, str, tuple[int, ...], "bytes | npt.NDArray[np.uint8]"]

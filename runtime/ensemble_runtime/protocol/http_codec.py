@@ -181,19 +181,6 @@ def tensor_from_json(name: str, wire: str, shape: tuple[int, ...], data: object)
     return array.astype(dtypes.wire_to_numpy(wire), copy=False).reshape(shape)
 
 
-def tensor_from_binary(name: str, wire: str, shape: tuple[int, ...], raw: memoryview) -> Tensor:
-    count = dtypes.element_count(name, shape, wire)
-    if wire == "BYTES":
-        return dtypes.deserialize_bytes(raw, count, name).reshape(shape)
-    expected = count * dtypes.element_size(wire)
-    if len(raw) != expected:
-        raise invalid(
-            f"unexpected total byte size {len(raw)} for input {quote_name(name)}, expecting {expected} "
-            f"({wire} shape {bounded(str(list(shape)), NAME_LIMIT)})"
-        )
-    return np.frombuffer(raw, dtype=dtypes.wire_to_numpy(wire)).reshape(shape)
-
-
 def _header_length(value: str | None, body_length: int) -> int:
     if value is None:
         return body_length
@@ -251,7 +238,7 @@ def _input_tensor(
             f"input {quote_name(name)}: binary_data_size {size} runs past the end of the request body "
             f"({len(binary) - offset} bytes of binary data left)"
         )
-    return name, wire, tensor_from_binary(name, wire, shape, binary[offset : offset + size]), size
+    return name, wire, dtypes.tensor_from_raw(name, wire, shape, binary[offset : offset + size]), size
 
 
 def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, dict[str, ParamValue]]:

@@ -116,7 +116,7 @@ def begin_infer(call: Call, dataplane: DataPlane) -> Coroutine[Any, Any, None] |
     if call.size > INLINE_BYTES:  # decoded off the loop by answer_infer
         return answer_infer(call, dataplane)
     try:
-        decoded = grpc_codec.decode_request(call.request, dataplane.shared_memory)
+        decoded = grpc_codec.decode_view(call.request, dataplane.shared_memory)
         request, declared = decoded
         if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
             request, declared, functools.partial(_answer_then, call)
@@ -147,7 +147,7 @@ async def answer_infer(
     shm = dataplane.shared_memory
     try:
         if decoded is None:
-            decoded = await sized(call.size, grpc_codec.decode_request, call.request, shm)
+            decoded = await sized(call.size, grpc_codec.decode_view, call.request, shm)
         request, declared = decoded
         response = await dataplane.infer(request, declared)
         reply_infer(call, response, grpc_codec.output_payloads(response, shm, output_refs(request.output_parameters)))

@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
+from ensemble_runtime.dtypes import tensor_from_raw
 from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.inference import InferRequest, InferResponse, Tensor
 from ensemble_runtime.protocol import http_codec as codec
@@ -84,7 +85,7 @@ def decode_binary(binary: BinaryInfer, model: str, version: str) -> codec.Decode
     inputs: dict[str, Tensor] = {}
     declared: dict[str, str] = {}
     for name, wire, shape, data in binary.inputs:
-        inputs[name] = codec.tensor_from_binary(name, wire, shape, memoryview(data))
+        inputs[name] = tensor_from_raw(name, wire, shape, data)
         declared[name] = wire
     outputs = binary.outputs
     request = InferRequest(model, version, inputs, list(outputs), binary.id, binary.parameters, outputs)

@@ -5,7 +5,7 @@
 //! decoder (`http_codec.decode_infer_request`) reads into the same request, with every structural check it
 //! makes already passed. Anything else (JSON `data`, shared memory, an unusual number, any error at all) is
 //! `None`, and Python decodes the body as before, with its own messages. What is left to Python on this path
-//! are the checks of a tensor against its bytes (`tensor_from_binary`), the same calls in the same order.
+//! are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the same calls in the same order.
 
 use bytes::Bytes;
 use serde_json::{Map, Number, Value};

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
+use crate::grpc_plain::is_plain;
 use crate::messages::{
     InferParameter, InferTensorContents, ModelInferRequest, ParameterChoice, Parameters,
 };
@@ -141,6 +142,8 @@ pub struct InferRequestView {
     inputs: Py<PyList>,
     outputs: Py<PyList>,
     raw_input_contents: Py<PyList>,
+    /// Where the request is plain ([`crate::grpc_plain`]): (name, datatype, shape, raw contents) per input.
+    plain: Option<Py<PyList>>,
 }
 
 fn parameters(py: Python<'_>, source: Parameters) -> PyResult<Py<PyDict>> {
@@ -160,13 +163,28 @@ fn parameters(py: Python<'_>, source: Parameters) -> PyResult<Py<PyDict>> {
 
 /// Builds the Python view of one decoded request (with the GIL held, once per request of a batch).
 pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<InferRequestView>> {
+    let plain = is_plain(&request).then(|| PyList::empty(py));
+    let raw = PyList::empty(py);
+    for data in request.raw_input_contents {
+        raw.append(Py::new(py, WireBuffer { data })?)?;
+    }
     let inputs = PyList::empty(py);
-    for tensor in request.inputs {
+    for (index, tensor) in request.inputs.into_iter().enumerate() {
         let has_contents = tensor.contents.is_some();
+        let shape = PyTuple::new(py, tensor.shape)?;
+        if let Some(plain) = &plain {
+            let entry = (
+                tensor.name.as_str(),
+                tensor.datatype.as_str(),
+                &shape,
+                raw.get_item(index)?,
+            );
+            plain.append(entry)?;
+        }
         let input = InputTensor {
             name: tensor.name,
             datatype: tensor.datatype,
-            shape: PyTuple::new(py, tensor.shape)?.unbind(),
+            shape: shape.unbind(),
             parameters: parameters(py, tensor.parameters)?,
             contents: Py::new(
                 py,
@@ -188,10 +206,6 @@ pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<I
             },
         )?)?;
     }
-    let raw = PyList::empty(py);
-    for data in request.raw_input_contents {
-        raw.append(Py::new(py, WireBuffer { data })?)?;
-    }
     let view = InferRequestView {
         model_name: request.model_name,
         model_version: request.model_version,
@@ -200,6 +214,7 @@ pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<I
         inputs: inputs.unbind(),
         outputs: outputs.unbind(),
         raw_input_contents: raw.unbind(),
+        plain: plain.map(Bound::unbind),
     };
     Py::new(py, view)
 }

@@ -5,12 +5,18 @@ restricted methods refused before Python sees them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
 
 import grpc
 import numpy as np
 import pytest
 import pytest_asyncio
+from ensemble_runtime.dtypes import serialize_bytes
+from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.inference import InferRequest
+from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
@@ -101,3 +107,97 @@ async def test_forwarded_bytes_and_statuses(
         call = await _next_call(batches)
         call.reply(b"")
         await allowed
+
+
+def _message(shape: list[int], datatype: str = "FP32", raw: list[bytes] | None = None) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="m", model_version="2", id="r")
+    request.parameters["priority"].int64_param = 1
+    request.inputs.add(name="IN", datatype=datatype, shape=shape).parameters["note"].string_param = "n"
+    request.outputs.add(name="OUT").parameters["classification"].int64_param = 2
+    request.raw_input_contents.extend([np.arange(4, dtype=np.float32).tobytes()] if raw is None else raw)
+    return request
+
+
+def _add_input(request: pb.ModelInferRequest, name: str, datatype: str, shape: list[int], raw: bytes) -> None:
+    request.inputs.add(name=name, datatype=datatype, shape=shape)
+    request.raw_input_contents.append(raw)
+
+
+def _decoded(decode: Callable[[Any], tuple[InferRequest, dict[str, str]]], message: Any) -> tuple[object, ...]:
+    """A decoder's request and declared datatypes (arrays as their dtype, shape and values), or its error."""
+    try:
+        request, declared = decode(message)
+    except InferenceError as exc:
+        return exc.code, exc.message
+    arrays = {name: (a.dtype.str, a.shape, a.tolist()) for name, a in request.inputs.items()}
+    return replace(request, inputs={}), arrays, declared
+
+
+def _owner(array: np.ndarray) -> object:
+    """What holds an array's memory: the object its chain of views ends in (a memoryview's own object)."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+def _parity_cases() -> dict[str, tuple[pb.ModelInferRequest, bool]]:
+    """(request, whether the core finds it plain) by name: each is decoded through the core's view and through
+    protobuf."""
+    two = _message([2, 2])
+    _add_input(two, "TEXT", "BYTES", [2], serialize_bytes(np.array([b"ab", b""], dtype=np.object_)))
+    input_twice = _message([4])
+    _add_input(input_twice, "IN", "FP32", [4], bytes(16))
+    output_twice = _message([4])
+    output_twice.outputs.add(name="OUT")
+    typed = _message([4], raw=[])
+    typed.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
+    typed_and_raw = _message([4])
+    typed_and_raw.inputs[0].contents.fp32_contents.append(1)
+    output_in_shm = _message([4])
+    output_in_shm.outputs[0].parameters["shared_memory_region"].string_param = "region"
+    return {
+        "plain": (_message([1, 4]), True),
+        "plain, two inputs, BYTES among them": (two, True),
+        "no inputs": (pb.ModelInferRequest(model_name="m"), True),
+        "wrong byte size": (_message([1, 5]), True),
+        "negative dimension": (_message([-1, 4]), True),
+        "malformed BYTES": (_message([3], "BYTES"), True),
+        "an input twice": (input_twice, False),
+        "an output twice": (output_twice, False),
+        "BF16": (_message([4], "BF16", [bytes(8)]), False),
+        "unknown datatype": (_message([4], "FP8"), False),
+        "raw contents for no input": (_message([4], raw=[bytes(16), b"\0"]), False),
+        "typed contents": (typed, False),
+        "typed and raw contents": (typed_and_raw, False),
+        "an output in shared memory": (output_in_shm, False),
+    }
+
+
+_PARITY = _parity_cases()
+
+
+@pytest.mark.parametrize("case", list(_PARITY))
+async def test_plain_requests_decode_from_the_view_as_from_protobuf(
+    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], case: str,
+) -> None:
+    """`decode_view` builds a plain request from the core's tensors: the same request, or the same error, as
+    `decode_request` makes of the protobuf message; anything not plain is left to `decode_request`."""
+    request, plain = _PARITY[case]
+    _, port, batches = core
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, request, timeout=30))
+        call = await _next_call(batches)
+        view = call.request
+        assert (view.plain is not None) == plain
+        from_view = _decoded(grpc_codec.decode_view, view)
+        from_protobuf = _decoded(grpc_codec.decode_request, request)
+        assert from_view == from_protobuf
+        if view.plain is not None and isinstance(from_view[0], InferRequest):  # decoded: numbers read in place
+            inputs = grpc_codec.decode_view(view)[0].inputs
+            for name, datatype, _, data in view.plain:
+                assert datatype == "BYTES" or _owner(inputs[name]) is data
+        call.fail(13, "done")
+        with pytest.raises(grpc.RpcError):
+            await pending
