@@ -230,7 +230,7 @@ class OnnxRuntimeBackend:
         config: mc.ModelConfig, version: int, path: Path, providers: list[ProviderSpec], count: int
     ) -> ort.InferenceSession:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1 if count > 1 else 0
+        options.intra_op_num_threads = intra_op_threads(count, len(os.sched_getaffinity(0)))
         options.log_severity_level = 3
         loop = asyncio.get_running_loop()
         try:
@@ -241,6 +241,13 @@ class OnnxRuntimeBackend:
             raise ModelInitError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
         _check_io(config, session)
         return session
+
+
+def intra_op_threads(instances: int, cpus: int) -> int:
+    """ONNX Runtime's intra-op pool for a session that `instances` instances share, in a process that may run on
+    `cpus` CPUs: one thread each where several instances run side by side, else one per CPU. Never its default
+    (0), which counts the machine's cores whatever the process may use and pins a thread to each of them."""
+    return 1 if instances > 1 else max(1, cpus)
 
 
 @functools.cache

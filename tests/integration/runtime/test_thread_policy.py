@@ -1,14 +1,18 @@
 """`--thread-policy` on a real runtime process: every thread it runs (the event loop, the native cores' threads,
 model instances' threads, the event loop's workers) is SCHED_BATCH by default, after real requests over both
-protocols; with `inherit`, each keeps the policy the process was started with."""
+protocols; with `inherit`, each keeps the policy the process was started with. And each stays on the CPUs the
+process was started on: ONNX Runtime's own default would pin a thread to every core of the machine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
@@ -68,3 +72,31 @@ def test_inherit_keeps_the_policy_it_was_started_with(repository: Path) -> None:
         proc.wait_model_ready("add_sub")
         _serve_a_little(proc)
         _check(_threads(proc.pid), started_with, proc.pid)
+
+
+@contextlib.contextmanager
+def _pinned(cpus: set[int]) -> Iterator[None]:
+    """This thread (and so the processes it starts) on `cpus` only, for a while."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_every_thread_stays_on_the_cpus_it_was_started_on(repository: Path) -> None:
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < 2:
+        pytest.skip("needs two CPUs: one to start the runtime on, one it must not reach")
+    pinned = {available[0]}
+    with _pinned(pinned), RuntimeProcess([repository], ["--strict-readiness=false"]) as proc:
+        proc.wait_model_ready("py_add_sub")
+        proc.wait_model_ready("add_sub")
+        _serve_a_little(proc)  # ONNX Runtime's threads start at its session's first run at the latest
+        spread = {}
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+                spread[tid] = os.sched_getaffinity(int(tid))
+        assert len(spread) >= 5, spread
+        assert not {tid: cpus for tid, cpus in spread.items() if cpus != pinned}  # threads moved elsewhere
