@@ -28,6 +28,7 @@ from ensemble_runtime.backends.ort_gpu import (
     io_binding_run,
     wants_tensorrt,
 )
+from ensemble_runtime.backends.ort_options import thread_options
 from ensemble_runtime.config import onnx_autocomplete, paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import InferenceError, internal, invalid, quote_name
@@ -229,8 +230,12 @@ class OnnxRuntimeBackend:
     async def _session(
         config: mc.ModelConfig, version: int, path: Path, providers: list[ProviderSpec], count: int
     ) -> ort.InferenceSession:
+        threads = thread_options(config, count, len(os.sched_getaffinity(0)))
         options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads(count, len(os.sched_getaffinity(0)))
+        options.intra_op_num_threads = threads.intra_op
+        options.inter_op_num_threads = threads.inter_op
+        if threads.parallel:
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         options.log_severity_level = 3
         loop = asyncio.get_running_loop()
         try:
@@ -241,13 +246,6 @@ class OnnxRuntimeBackend:
             raise ModelInitError(f"model '{config.name}' version {version}: onnxruntime cannot load {path.name}: {exc}") from None
         _check_io(config, session)
         return session
-
-
-def intra_op_threads(instances: int, cpus: int) -> int:
-    """ONNX Runtime's intra-op pool for a session that `instances` instances share, in a process that may run on
-    `cpus` CPUs: one thread each where several instances run side by side, else one per CPU. Never its default
-    (0), which counts the machine's cores whatever the process may use and pins a thread to each of them."""
-    return 1 if instances > 1 else max(1, cpus)
 
 
 @functools.cache
