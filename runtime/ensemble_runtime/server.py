@@ -47,8 +47,9 @@ from ensemble_runtime.version_loader import VersionLoader
 log = logging.getLogger(__name__)
 
 
-def default_backends() -> dict[str, Backend]:
-    return {"onnxruntime": OnnxRuntimeBackend(), "python": PythonBackend(), "tensorrt": TensorRTBackend()}
+def default_backends(cpus: int = 0) -> dict[str, Backend]:
+    """The backends; `cpus`: the CPU limit ONNX Runtime's pools are sized for (0: the process's affinity)."""
+    return {"onnxruntime": OnnxRuntimeBackend(cpus=cpus), "python": PythonBackend(), "tensorrt": TensorRTBackend()}
 
 
 def build_sources(settings: RuntimeSettings, cache: Path, journal: LoadJournal | None = None) -> list[Source]:
@@ -250,7 +251,7 @@ class Server:
 
 
 async def serve(settings: RuntimeSettings) -> None:
-    server = Server(settings, build_planes(settings, default_backends()))
+    server = Server(settings, build_planes(settings, default_backends(settings.cpus)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

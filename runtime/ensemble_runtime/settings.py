@@ -66,6 +66,7 @@ class RuntimeSettings(BaseModel):
     memory_policy: str = "refuse"
     event_loop: str = "uvloop"
     thread_policy: str = BATCH
+    cpus: int = Field(default=0, ge=0)  # 0: the CPUs the process may run on
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     repository_settle_secs: float = 1.0
@@ -174,11 +175,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "this is refused; 0: no limit")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"],
                    help="event loop implementation (uvloop is faster; asyncio for debugging)")
+    p.add_argument("--cpus", type=_non_negative,
+                   help="CPUs the runtime sizes its thread pools for (ONNX Runtime's), at most those the process "
+                        "may run on; 0 (default): those. The operator passes the container's CPU limit")
     p.add_argument("--thread-policy", choices=THREAD_POLICIES,
                    help="batch (default): every thread of the runtime runs under Linux's SCHED_BATCH, so a thread "
                         "a request is handed to does not preempt the one handing it over; inherit: keep the "
                         "policy the process was started with")
     return p
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got '{text[:32]}'")
+    return value
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:

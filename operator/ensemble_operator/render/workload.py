@@ -28,6 +28,15 @@ CONFIG_DIR = "/etc/ensemble"
 PROBE_PERIOD_SECONDS = 10
 
 
+CPU_LIMIT_ENV = "ENSEMBLE_CPU_LIMIT"
+
+
+def _cpu_limit_env() -> dict[str, Any]:
+    """The container's CPU limit in whole CPUs, rounded up (the node's allocatable CPUs where no limit is set),
+    as the kubelet computes it; `$(ENSEMBLE_CPU_LIMIT)` in the runtime's args is expanded from it."""
+    return {"name": CPU_LIMIT_ENV, "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}}
+
+
 def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
     """The runtime's flags; `restricted`: its control APIs need the per-Ensemble token (render/control.py)."""
     rt = ensemble.spec.runtime
@@ -52,6 +61,8 @@ def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
         "true",
         "--exit-timeout-secs",
         str(rt.exit_timeout_seconds),
+        "--cpus",  # thread pools sized for the container's CPU limit, which the process's affinity does not show
+        f"$({CPU_LIMIT_ENV})",
     ]
     if rt.memory_budget is not None:
         args += ["--memory-budget-bytes", str(parse_bytes(rt.memory_budget))]
@@ -136,7 +147,12 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "env": [{"name": "HOME", "value": "/tmp"}, *env, *([control_env(ensemble)] if defaults.control_key else [])],
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            _cpu_limit_env(),
+            *env,
+            *([control_env(ensemble)] if defaults.control_key else []),
+        ],
         "resources": _resources(ensemble, defaults),
         "startupProbe": _probe(
             "/v2/health/ready",

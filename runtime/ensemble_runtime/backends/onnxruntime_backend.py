@@ -28,7 +28,7 @@ from ensemble_runtime.backends.ort_gpu import (
     io_binding_run,
     wants_tensorrt,
 )
-from ensemble_runtime.backends.ort_options import thread_options
+from ensemble_runtime.backends.ort_options import thread_options, usable_cpus
 from ensemble_runtime.config import onnx_autocomplete, paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
 from ensemble_runtime.errors import InferenceError, internal, invalid, quote_name
@@ -189,8 +189,9 @@ class OnnxRuntimeBackend:
 
     name = "onnxruntime"
 
-    def __init__(self, inventory: InventorySource | None = None) -> None:
+    def __init__(self, inventory: InventorySource | None = None, cpus: int = 0) -> None:
         self._inventory = inventory or _detected_gpus()
+        self._cpus = cpus  # the CPU limit to size thread pools for (0: none but the process's affinity)
 
     def prepare_config(self, config: mc.ModelConfig, version_path: Path) -> mc.ModelConfig:
         path = paths.model_file(config, version_path, model_filename(config))
@@ -218,7 +219,8 @@ class OnnxRuntimeBackend:
                 )
                 if note:
                     log.warning("%s", note)
-            session = await self._session(config, context.version, path, providers, len(slots))
+            cpus = usable_cpus(len(os.sched_getaffinity(0)), self._cpus)
+            session = await self._session(config, context.version, path, providers, len(slots), cpus)
             on_gpu = device is not None and session.get_providers()[0] != "CPUExecutionProvider"
             pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix=f"ort-{config.name}")
             instances.extend(
@@ -228,9 +230,9 @@ class OnnxRuntimeBackend:
 
     @staticmethod
     async def _session(
-        config: mc.ModelConfig, version: int, path: Path, providers: list[ProviderSpec], count: int
+        config: mc.ModelConfig, version: int, path: Path, providers: list[ProviderSpec], count: int, cpus: int
     ) -> ort.InferenceSession:
-        threads = thread_options(config, count, len(os.sched_getaffinity(0)))
+        threads = thread_options(config, count, cpus)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads.intra_op
         options.inter_op_num_threads = threads.inter_op

@@ -44,6 +44,12 @@ def _count(config: mc.ModelConfig, key: str) -> int:
     return int(text)
 
 
+def usable_cpus(affinity: int, limit: int) -> int:
+    """CPUs to size the pools for: those the process may run on (`affinity`), at most `limit` where one is set
+    (a container's CPU limit: its quota, which affinity does not show); never fewer than one."""
+    return max(1, min(affinity, limit) if limit > 0 else affinity)
+
+
 def thread_options(config: mc.ModelConfig, instances: int, cpus: int) -> ThreadOptions:
     """The pools for a session `instances` instances share, in a process that may run on `cpus` CPUs."""
     share = 1 if instances > 1 else max(1, cpus)

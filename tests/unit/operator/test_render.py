@@ -93,7 +93,10 @@ def test_golden_minimal(ensemble: Ensemble, models: dict[str, Model]) -> None:
     deployment = _kinds(plan.apply)["Deployment/image-pipeline"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "model-reader"
-    assert [e["name"] for e in pod["containers"][0]["env"]] == ["HOME"]
+    container = pod["containers"][0]
+    assert [e["name"] for e in container["env"]] == ["HOME", "ENSEMBLE_CPU_LIMIT"]
+    assert container["env"][1]["valueFrom"] == {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}
+    assert container["args"][container["args"].index("--cpus") + 1] == "$(ENSEMBLE_CPU_LIMIT)"  # expanded by the kubelet
     assert deployment["spec"]["replicas"] == 1
 
 
@@ -169,14 +172,17 @@ def test_control_token_is_in_a_secret_and_never_in_the_pod_spec(ensemble: Ensemb
 
 
 def test_rendered_restriction_parses_in_the_runtime(ensemble: Ensemble, models: dict[str, Model]) -> None:
-    """What Kubernetes hands the runtime once it has expanded $(ENSEMBLE_CONTROL_TOKEN)."""
+    """What Kubernetes hands the runtime once it has expanded $(ENSEMBLE_CONTROL_TOKEN) and $(ENSEMBLE_CPU_LIMIT)."""
     from ensemble_runtime.restrictions import Category
     from ensemble_runtime.settings import parse_settings
 
     (container,) = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["Deployment/image-pipeline"][
         "spec"]["template"]["spec"]["containers"]
     token = control_token(OPERATOR_KEY, "ml", "image-pipeline")
-    settings = parse_settings([a.replace("$(ENSEMBLE_CONTROL_TOKEN)", token) for a in container["args"]])
+    expanded = [a.replace("$(ENSEMBLE_CONTROL_TOKEN)", token).replace("$(ENSEMBLE_CPU_LIMIT)", "3")
+                for a in container["args"]]
+    settings = parse_settings(expanded)
+    assert settings.cpus == 3
     for restrictions, header in ((settings.http_restrictions(), "x-ensemble-control"),
                                  (settings.grpc_restrictions(), "triton-grpc-protocol-x-ensemble-control")):
         restriction = restrictions.get(Category.MODEL_REPOSITORY)

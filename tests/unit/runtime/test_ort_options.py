@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ensemble_runtime.backends.ort_options import ThreadOptions, thread_options
+from ensemble_runtime.backends.ort_options import ThreadOptions, thread_options, usable_cpus
 from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.settings import parse_settings
 from tritonclient.grpc import model_config_pb2 as mc
 
 
@@ -39,3 +40,18 @@ def test_tritons_parameters_set_the_pools_and_parallel_execution() -> None:
 def test_anything_else_is_refused_by_name(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"model 'm': parameter '{key}' must be"):
         thread_options(_config(**{key: value}), 1, 1)
+
+
+def test_pools_are_sized_for_the_cpu_limit_where_one_is_set() -> None:
+    assert usable_cpus(8, 0) == 8  # no limit: the CPUs the process may run on
+    assert usable_cpus(8, 2) == 2  # a container limited to 2 CPUs on an 8-CPU node
+    assert usable_cpus(2, 16) == 2  # a limit above the CPU set changes nothing
+    assert usable_cpus(0, 0) == 1
+
+
+def test_the_cpus_flag() -> None:
+    assert parse_settings([]).cpus == 0
+    assert parse_settings(["--cpus", "3"]).cpus == 3
+    for bad in ("-1", "two", "$(ENSEMBLE_CPU_LIMIT)"):  # the last: a variable Kubernetes did not expand
+        with pytest.raises(SystemExit):
+            parse_settings(["--cpus", bad])
