@@ -6,7 +6,9 @@ Workloads from bench/models: `add_one_0` (a `simple`-like python model: FP32 [16
 gRPC and HTTP, at concurrency 1 and 16, perf_analyzer in its default sync mode without `-x` (so it reads the
 servers' statistics, the composing models' too); and `add_sub`, a small ONNX model, on ours only (the peer has
 no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's `InferenceSession.run` called directly in a
-process pinned like the server: the p50 difference is our overhead.
+process pinned like the server: the p50 difference is our overhead. With `--floor`, the gRPC points (the ONNX one
+too) also measure `bench.pa.floor`: the native core echoing each request from one loop wake-up, with no data
+plane and no model, the least any request to our runtime takes on this machine.
 
 All servers run for the whole benchmark on the same repository and are measured in alternation, `--repeats`
 runs per point. With `--pin` (the default with 2 or more CPUs) every server runs on the first CPU and
@@ -49,7 +51,7 @@ from bench.common import write_json
 from bench.models import ONNX_MODEL, build_add_one, build_chain_repository, build_onnx_repository
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
-from bench.pa.report import TRITON
+from bench.pa.report import FLOOR, TRITON
 from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
 from tests.support.server_process import ServerProcess
 
@@ -196,15 +198,17 @@ class Bench:
         return {"ok": True, "error": "", **json.loads(done.stdout.strip().splitlines()[-1])}
 
     def onnx_point(self, ours: Sequence[str], protocol: str, model_path: Path, seconds: float) -> dict[str, Any]:
-        """Ours at concurrency 1 on the ONNX model, alternating with ONNX Runtime called directly."""
+        """Ours at concurrency 1 on the ONNX model, alternating with ONNX Runtime called directly (and the floor,
+        over gRPC, where it runs: its answer runs no model, so its `overhead` is the front end's alone)."""
+        measured = [*ours, *([FLOOR] if protocol == "grpc" and FLOOR in self.servers else [])]
         runners: dict[str, Callable[[], Run]] = {"onnxruntime": partial(self.onnx_direct, model_path, seconds)}
-        runners.update({n: partial(self.run, n, ONNX_MODEL, protocol, ONNX_CONCURRENCY) for n in ours})
+        runners.update({n: partial(self.run, n, ONNX_MODEL, protocol, ONNX_CONCURRENCY) for n in measured})
         runs = self.alternate(runners)
         direct = [r for r in runs.pop("onnxruntime") if r["ok"]]
         point: dict[str, Any] = {name: {**report.summarize(r), "samples": r} for name, r in runs.items()}
         point["onnxruntime"] = {"p50_us": report.median([r["p50_us"] for r in direct]),
                                 "p99_us": report.median([r["p99_us"] for r in direct]), "runs_ok": len(direct)}
-        point["overhead_us"] = {n: round(point[n]["p50_us"] - point["onnxruntime"]["p50_us"], 1) for n in ours}
+        point["overhead_us"] = {n: round(point[n]["p50_us"] - point["onnxruntime"]["p50_us"], 1) for n in measured}
         point["command"] = shlex.join([*self.pinning.client_prefix(), "perf_analyzer", "-m", ONNX_MODEL, "-u",
                                        f"<server>:<{protocol} port>", *self.args(protocol, ONNX_CONCURRENCY)])
         return point
@@ -229,6 +233,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True, help="the peer (on)")
     parser.add_argument("--triton-batch", action="store_true",
                         help="run the peer under SCHED_BATCH (chrt --batch 0), the policy ours runs under by default")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure bench.pa.floor (the native core and one loop wake-up, nothing else) over gRPC")
     parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
                         help="the ONNX overhead point (on)")
     parser.add_argument("--threads", action="store_true",
@@ -241,7 +247,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.pa.servers import PinnedRuntime, PinnedTriton
+    from bench.pa.servers import FloorServer, PinnedRuntime, PinnedTriton
     from bench.triton_peer import require_install
 
     args = parse_args(argv)
@@ -269,21 +275,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if install is not None:
             servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning,
                                                                           args.triton_batch))
+        if args.floor:
+            servers[FLOOR] = stack.enter_context(FloorServer(pinning))
         for name, server in servers.items():
             server.wait_ready(120)
-            for model in [*models, *([ONNX_MODEL] if args.onnx and name != TRITON else [])]:
+            for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, FLOOR) else [])]:
                 server.wait_model_ready(model, 120)
         bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads)
         for model in models:
             for protocol in protocols:
                 if model == DECOUPLED and protocol != "grpc":
                     continue
+                names = [n for n in servers if n != FLOOR or (protocol == "grpc" and model != DECOUPLED)]
                 for concurrency in levels:
-                    point = bench.point(list(servers), model, protocol, concurrency)
+                    point = bench.point(names, model, protocol, concurrency)
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
-                    print("\n".join(report.point_lines(f"{model} {protocol} c={concurrency}", point, list(servers))),
+                    print("\n".join(report.point_lines(f"{model} {protocol} c={concurrency}", point, names)),
                           flush=True)
-                    for name in servers:  # the last run's threads, where sampled
+                    for name in names:  # the last run's threads, where sampled
                         sampled = point[name]["samples"][-1].get("threads") if point[name]["samples"] else None
                         if sampled:
                             print("\n".join(threads.lines(name, sampled)), flush=True)
@@ -300,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
+        "floor": args.floor,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,22 @@ class PinnedTriton(TritonPeer):
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         args, env = super().command()
         return [*self.prefix, *args], env
+
+
+class FloorServer(ServerProcess):
+    """`bench.pa.floor` (the native core and one loop wake-up per call, nothing else), gRPC only, pinned like
+    the servers."""
+
+    label = "floor"
+
+    def __init__(self, pinning: Pinning) -> None:
+        super().__init__()
+        self.prefix = pinning.server_prefix()
+
+    def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        return [*self.prefix, sys.executable, "-m", "bench.pa.floor", f"--grpc-port={self.grpc_port}"], env
 
 
 def server_url(server: ServerProcess, protocol: str) -> str:

@@ -1,0 +1,136 @@
+"""The floor of our gRPC front end: the native core and one wake-up of an event loop per call, and nothing else.
+
+A server with ours' shape (the Rust core, `GrpcCore`, hands each call to a uvloop loop through its descriptor,
+the loop answers) whose answer to a `ModelInfer` is its first input echoed as `OUTPUT0`: no decoding into
+tensors, no data plane, no model, no model thread. Its latency under perf_analyzer is what any request to our
+runtime pays before the runtime does anything, on this machine: the loopback round trip, the core's thread and
+one hand-off to the loop and back. `bench/perf_analyzer.py --floor` measures it next to ours and Triton.
+
+It answers what perf_analyzer asks before and around its runs, for any model name: metadata and config (one
+FP32 [16] input INPUT0, one output OUTPUT0, no batching: `add_one_0`'s signature), readiness, and statistics
+(its success count per model, which the benchmark divides the CPU time by).
+
+    python -m bench.pa.floor --grpc-port PORT [--grpc-address 127.0.0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import uvloop
+from ensemble_runtime import thread_policy
+from ensemble_runtime.protocol._native import Call, GrpcCore
+from google.protobuf.message import Message
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
+
+SERVICE = "/inference.GRPCInferenceService/"
+MODEL_INFER = SERVICE + "ModelInfer"
+UNIMPLEMENTED = 12
+SHAPE = (16,)
+
+
+def metadata(name: str) -> pb.ModelMetadataResponse:
+    tensor = {"datatype": "FP32", "shape": list(SHAPE)}
+    return pb.ModelMetadataResponse(
+        name=name, versions=["1"], platform="python",
+        inputs=[pb.ModelMetadataResponse.TensorMetadata(name="INPUT0", **tensor)],
+        outputs=[pb.ModelMetadataResponse.TensorMetadata(name="OUTPUT0", **tensor)],
+    )
+
+
+def config(name: str) -> pb.ModelConfigResponse:
+    return pb.ModelConfigResponse(config=mc.ModelConfig(
+        name=name, backend="python", max_batch_size=0,
+        input=[mc.ModelInput(name="INPUT0", data_type=mc.TYPE_FP32, dims=list(SHAPE))],
+        output=[mc.ModelOutput(name="OUTPUT0", data_type=mc.TYPE_FP32, dims=list(SHAPE))],
+    ))
+
+
+def statistics(name: str, counted: Counter[str]) -> pb.ModelStatisticsResponse:
+    """Every model asked for (or counted), with its success count: each phase reports that count and 1 us each,
+    so perf_analyzer's statistics arithmetic has whole numbers to work with."""
+    names = [name] if name else sorted(counted)
+    out = pb.ModelStatisticsResponse()
+    for model in names:
+        count = counted[model]
+        stat = out.model_stats.add(name=model, version="1", inference_count=count, execution_count=count)
+        for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            duration = getattr(stat.inference_stats, phase)
+            duration.count, duration.ns = count, 1000 * count
+    return out
+
+
+def answers(counted: Counter[str]) -> dict[str, tuple[Callable[[bytes], Any], Callable[[Any], Message]]]:
+    """Method path -> (parse the request, answer it), for what perf_analyzer and the benchmark ask."""
+    return {
+        SERVICE + "ServerLive": (pb.ServerLiveRequest.FromString, lambda _: pb.ServerLiveResponse(live=True)),
+        SERVICE + "ServerReady": (pb.ServerReadyRequest.FromString, lambda _: pb.ServerReadyResponse(ready=True)),
+        SERVICE + "ModelReady": (pb.ModelReadyRequest.FromString, lambda _: pb.ModelReadyResponse(ready=True)),
+        SERVICE + "ServerMetadata": (pb.ServerMetadataRequest.FromString,
+                                     lambda _: pb.ServerMetadataResponse(name="floor", version="0")),
+        SERVICE + "ModelMetadata": (pb.ModelMetadataRequest.FromString, lambda r: metadata(r.name)),
+        SERVICE + "ModelConfig": (pb.ModelConfigRequest.FromString, lambda r: config(r.name)),
+        SERVICE + "ModelStatistics": (pb.ModelStatisticsRequest.FromString, lambda r: statistics(r.name, counted)),
+    }
+
+
+class Floor:
+    """The core and the loop's one callback: every call taken is answered in the same wake-up."""
+
+    def __init__(self) -> None:
+        self.core = GrpcCore(64 * 1024 * 1024, [], 1)
+        self.counted: Counter[str] = Counter()
+        self.routes = answers(self.counted)
+
+    def drain(self) -> None:
+        for call in self.core.take():
+            if isinstance(call, Call):
+                self.answer(call)
+
+    def answer(self, call: Call) -> None:
+        if call.method == MODEL_INFER:
+            request = call.request
+            first = request.inputs[0]
+            data = bytes(request.raw_input_contents[0])
+            self.counted[request.model_name] += 1
+            call.reply_infer(request.model_name, "1", request.id, {}, [("OUTPUT0", first.datatype, first.shape, data)])
+            return
+        route = self.routes.get(call.method)
+        if route is None:
+            call.fail(UNIMPLEMENTED, f"{call.method} is not served by the floor server")
+            return
+        parse, respond = route
+        call.reply(respond(parse(call.payload)).SerializeToString())
+
+
+async def serve(address: str, port: int) -> None:
+    floor = Floor()
+    floor.core.start(address, port)
+    asyncio.get_running_loop().add_reader(floor.core.fileno(), floor.drain)
+    while True:
+        await asyncio.sleep(3600)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--grpc-address", default="127.0.0.1")
+    parser.add_argument("--thread-policy", choices=thread_policy.CHOICES, default=thread_policy.BATCH,
+                        help="as the runtime's (batch, its default)")
+    args = parser.parse_args(argv)
+    thread_policy.apply(args.thread_policy)
+    started = time.monotonic()
+    try:
+        uvloop.run(serve(args.grpc_address, args.grpc_port))
+    except KeyboardInterrupt:
+        print(f"served {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
