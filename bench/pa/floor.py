@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from tritonclient.grpc import service_pb2 as pb
 SERVICE = "/inference.GRPCInferenceService/"
 MODEL_INFER = SERVICE + "ModelInfer"
 UNIMPLEMENTED = 12
+INVALID_ARGUMENT = 3
 SHAPE = (16,)
 
 
@@ -106,7 +106,12 @@ class Floor:
             call.fail(UNIMPLEMENTED, f"{call.method} is not served by the floor server")
             return
         parse, respond = route
-        call.reply(respond(parse(call.payload)).SerializeToString())
+        try:
+            request = parse(call.payload)
+        except Exception as exc:  # protobuf's DecodeError: answered, so the client does not wait for nothing
+            call.fail(INVALID_ARGUMENT, f"not a valid request message ({type(exc).__name__})")
+            return
+        call.reply(respond(request).SerializeToString())
 
 
 async def serve(address: str, port: int) -> None:
@@ -125,11 +130,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="as the runtime's (batch, its default)")
     args = parser.parse_args(argv)
     thread_policy.apply(args.thread_policy)
-    started = time.monotonic()
-    try:
-        uvloop.run(serve(args.grpc_address, args.grpc_port))
-    except KeyboardInterrupt:
-        print(f"served {time.monotonic() - started:.0f} s")
+    uvloop.run(serve(args.grpc_address, args.grpc_port))
 
 
 if __name__ == "__main__":
