@@ -87,8 +87,9 @@ from bench.scale_support import (  # noqa: E402
     users_of,
 )
 from tests.infra.controlplane import ControlPlane  # noqa: E402
-from tests.infra.process import free_port, http_status, poll_until  # noqa: E402
+from tests.infra.process import http_status, poll_until  # noqa: E402
 from tests.integration.operator.support import OPERATOR_USER, Release  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 JSON = dict[str, Any]
 

@@ -24,7 +24,7 @@ import yaml
 from bench.scale_support import GROUP_VERSION, POD_HTTP_PORT, is_ready
 from tests.infra.api import ApiError
 from tests.infra.controlplane import ControlPlane, FakeNode
-from tests.infra.process import ManagedProcess, free_port, http_status, poll_until
+from tests.infra.process import ManagedProcess, http_status, poll_until
 from tests.integration.operator.support import (
     ALLOWED_RUNTIME_IMAGES,
     CHART,
@@ -36,6 +36,7 @@ from tests.integration.operator.support import (
     helm_values_file,
     write_webhook_tls,
 )
+from tests.support.ports import free_port
 
 JSON = dict[str, Any]
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -47,12 +47,12 @@ from tests.infra.kubeconfig import client_cert_kubeconfig, token_kubeconfig, wri
 from tests.infra.process import (
     ManagedProcess,
     StartupError,
-    free_port,
     http_status,
     insecure_tls_context,
     poll_until,
 )
 from tests.infra.tools import ToolLocator
+from tests.support.ports import free_ports
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class ControlPlane:
     def _start(self, binaries: Mapping[str, Path], stages: str) -> None:
         workdir = self.workdir
         pki = self._pki = write_cluster_pki(generate_cluster_pki(), workdir / "pki")
-        ports = self._ports = components.Ports(*(free_port() for _ in range(6)))
+        ports = self._ports = components.Ports(*free_ports(6))
         kubeconfigs = self._kubeconfigs = self._write_kubeconfigs(pki)
         self._api = KubeApi(self.api_url, pki.ca.cert, pki.admin.cert, pki.admin.key)
         logs = workdir / "logs"

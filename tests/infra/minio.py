@@ -16,8 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from tests.infra.process import ManagedProcess, free_port, http_status, poll_until
+from tests.infra.process import ManagedProcess, http_status, poll_until
 from tests.infra.tools import ToolLocator
+from tests.support.ports import free_port
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -35,8 +35,9 @@ from tests.infra.controlplane import ControlPlane
 from tests.infra.kubeconfig import client_cert_kubeconfig, write_kubeconfig
 from tests.infra.node_config import NodeLayout, NodePorts
 from tests.infra.node_images import ImageArchive
-from tests.infra.process import ManagedProcess, free_port, http_status, poll_until
+from tests.infra.process import ManagedProcess, http_status, poll_until
 from tests.infra.tools import ToolLocator
+from tests.support.ports import free_ports
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TEARDOWN_TAINT = {"key": "ensemble.test/teardown", "effect": "NoExecute"}
@@ -110,7 +111,7 @@ class RealNode:
         node_ip = self._node_ip = node_host.primary_ipv4()
         for directory in (layout.config_dir, layout.pki_dir, layout.cni_conf_dir, layout.state, layout.pod_logs):
             directory.mkdir(parents=True, exist_ok=True)
-        ports = NodePorts(*(free_port() for _ in range(4)))
+        ports = NodePorts(*free_ports(4))
         kubelet_kubeconfig, proxy_kubeconfig, serving = self._write_credentials(node_ip)
 
         config = layout.config_dir / "containerd.toml"

@@ -12,7 +12,6 @@ import ctypes
 import functools
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -30,14 +29,6 @@ _PR_SET_PDEATHSIG = 1
 
 class StartupError(RuntimeError):
     """A server did not come up; the message carries the tail of its log."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @functools.cache

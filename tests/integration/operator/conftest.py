@@ -18,8 +18,8 @@ import yaml
 
 from tests.infra.conftest_plugin import CONTROL_PLANE_BINARIES
 from tests.infra.controlplane import ControlPlane
-from tests.infra.process import free_port
 from tests.infra.tools import ToolLocator, require
+from tests.support.ports import free_port
 
 from .support import (
     AUDIT_POLICY,

@@ -20,7 +20,8 @@ import yaml
 
 from tests.infra.api import ApiError
 from tests.infra.controlplane import ControlPlane
-from tests.infra.process import ManagedProcess, free_port, http_status, poll_until
+from tests.infra.process import ManagedProcess, http_status, poll_until
+from tests.support.ports import free_port
 
 JSON = dict[str, Any]
 T = TypeVar("T")

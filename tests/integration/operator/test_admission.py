@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.infra.controlplane import ControlPlane
-from tests.infra.process import free_port
+from tests.support.ports import free_port
 
 from .support import (
     CHART,
