@@ -19,13 +19,19 @@ higher concurrency the asyncio client. Ratios are against the first server. Writ
 
 `--micro` measures the same path without gRPC: one process per `--server` tree builds the data plane
 in-process and times decode_request -> DataPlane.infer -> encode_response on prebuilt protobuf requests,
-serially on uvloop; reported as process CPU microseconds per request (all threads), alternating trees.
+serially on uvloop; reported as process CPU microseconds per request (all threads), alternating trees
+(`<model>@micro`). The same process then times decode_request -> DataPlane.infer_then, the path without a task
+that the native front ends take, with the answer handed back to the loop (`<model>@then`; the core's own decoding
+and encoding are not in it). Where `infer_then` does not take a request (an ONNX model whose executions are not
+short enough to run on the loop) it goes to `DataPlane.infer`, as in the front ends; `without_task` is the share
+of requests `infer_then` took.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -132,7 +138,9 @@ def _with_cpu(row: dict[str, float], cpu_s: float) -> dict[str, float]:
 
 
 def micro_child(root: Path, model: str, count: int) -> None:
-    """In-process: CPU and wall microseconds per request of codec + data plane, serially on uvloop."""
+    """In-process: CPU and wall microseconds per request of codec + data plane, serially on uvloop, on each of the
+    data plane's two paths: `DataPlane.infer` (one task per request) and `DataPlane.infer_then` (no task: the path
+    the native front ends take; the core decodes and encodes there, so here only `decode_request` stands in)."""
     import uvloop
     from ensemble_runtime.protocol import grpc_codec
     from ensemble_runtime.server import build_dataplane, default_backends
@@ -148,18 +156,41 @@ def micro_child(root: Path, model: str, count: int) -> None:
     async def run() -> None:
         dataplane = build_dataplane(parse_settings([f"--model-repository={root}"]), default_backends())
         await dataplane.manager.load([model])
+        loop = asyncio.get_running_loop()
 
-        async def one() -> None:
+        async def with_task() -> None:
             decoded, declared = grpc_codec.decode_request(request)
             grpc_codec.encode_response(await dataplane.infer(decoded, declared)).SerializeToString()
 
+        async def without_task() -> bool:
+            """As the native front ends do: `infer_then` where it takes the request, else `infer` in a task."""
+            decoded, declared = grpc_codec.decode_request(request)
+            answered: asyncio.Future[object] = loop.create_future()
+
+            def answer(outcome: object) -> None:  # on the thread that ran the request
+                loop.call_soon_threadsafe(answered.set_result, outcome)
+
+            if not dataplane.infer_then(decoded, declared, answer):
+                await dataplane.infer(decoded, declared)
+                return False
+            if isinstance(outcome := await answered, Exception):
+                raise outcome
+            return True
+
         for _ in range(500):
-            await one()
+            await with_task()
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(count):
-            await one()
+            await with_task()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         print(f"{cpu * 1e6 / count:.1f} {wall * 1e6 / count:.1f}", flush=True)
+        for _ in range(500):
+            await without_task()
+        taken, cpu, wall = 0, time.process_time(), time.perf_counter()
+        for _ in range(count):
+            taken += await without_task()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(f"{cpu * 1e6 / count:.1f} {wall * 1e6 / count:.1f} {taken / count:.3f}", flush=True)
         await dataplane.manager.unload(model)
 
     uvloop.run(run())
@@ -172,6 +203,7 @@ def micro(servers: list[tuple[str, Path, list[str]]], root: Path, workloads: lis
     results: dict[str, Any] = {}
     for model in workloads:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in servers}
+        then_runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in servers}
         for _ in range(repeats):
             for name, runtime_dir, _ in servers:
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "contract"), str(runtime_dir), str(REPO_ROOT / "examples"),
@@ -180,8 +212,11 @@ def micro(servers: list[tuple[str, Path, list[str]]], root: Path, workloads: lis
                     [sys.executable, __file__, "--micro-child", str(root), model, str(count)],
                     env=env, check=True, capture_output=True, text=True,
                 ).stdout.split()
-                runs[name].append({"cpu_us_per_req": float(out[-2]), "wall_us_per_req": float(out[-1])})
+                runs[name].append({"cpu_us_per_req": float(out[-5]), "wall_us_per_req": float(out[-4])})
+                then_runs[name].append({"cpu_us_per_req": float(out[-3]), "wall_us_per_req": float(out[-2]),
+                                        "without_task": float(out[-1])})
         results[f"{model}@micro"] = {name: _median(rows) for name, rows in runs.items()}
+        results[f"{model}@then"] = {name: _median(rows) for name, rows in then_runs.items()}
     return results
 
 
@@ -232,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--micro", action="store_true", help="in-process codec + data plane, no gRPC")
     parser.add_argument("--count", type=int, default=5000, help="requests per --micro run")
+    parser.add_argument("--json", type=Path, help="write here instead of bench/results/hotpath[_micro].json")
     parser.add_argument("--micro-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.micro_child:
@@ -255,19 +291,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = served(servers, root, workloads, levels, args.duration, args.repeats)
             keys = ("p50_us", "p99_us", "throughput_rps", "server_cpu_us_per_req")
     first = servers[0][0]
-    print(f"{'case':<12}{'server':<10}" + "".join(f"{k:>24}" for k in keys))
+    print(f"{'case':<16}{'server':<10}" + "".join(f"{k:>24}" for k in keys))
     for case, per_server in results.items():
         for name, row in per_server.items():
             cells = []
             for k in keys:
                 ratio = row[k] / per_server[first][k] if per_server[first][k] else float("nan")
                 cells.append(f"{row[k]:>14}" + (f" ({ratio:5.2f}x)" if name != first else " " * 9))
-            print(f"{case:<12}{name:<10}" + "".join(f"{c:>24}" for c in cells))
+            print(f"{case:<16}{name:<10}" + "".join(f"{c:>24}" for c in cells))
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     payload = {"servers": {n: {"runtime": str(d), "flags": f} for n, d, f in servers}, "results": results,
                "duration_s": args.duration, "repeats": args.repeats, "load_average": load}
-    print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload)}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(payload, indent=2))
+        print(f"wrote {args.json}")
+    else:
+        print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload)}")
     return 0
 
 
