@@ -232,11 +232,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="servers on the first CPU, perf_analyzer on the second (default: with >= 2 CPUs)")
     parser.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True, help="the peer (on)")
     parser.add_argument("--triton-batch", action="store_true",
-                        help="run the peer under SCHED_BATCH (chrt --batch 0), the policy ours runs under by default")
+                        help="run the peer under SCHED_BATCH (chrt --batch 0), as ours with --thread-policy=batch")
     parser.add_argument("--floor", action="store_true",
                         help="also measure bench.pa.floor (the native core and one loop wake-up, nothing else) over gRPC")
     parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
                         help="the ONNX overhead point (on)")
+    parser.add_argument("--neighbor", action="store_true",
+                        help="a busy process on the servers' CPU while they are measured (a core shared with another "
+                             "workload; needs --pin)")
     parser.add_argument("--threads", action="store_true",
                         help="per thread of ours: CPU and context switches per request (bench.pa.threads)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
@@ -247,7 +250,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.pa.servers import FloorServer, PinnedRuntime, PinnedTriton
+    from bench.pa.servers import FloorServer, PinnedRuntime, PinnedTriton, busy_neighbor
     from bench.triton_peer import require_install
 
     args = parse_args(argv)
@@ -256,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise PerfAnalyzerNotInstalled(not_installed_reason())
     install = require_install() if args.triton else None
     pinning = choose_pinning(args.pin)
+    if args.neighbor and not pinning.server:
+        raise SystemExit("--neighbor needs the servers pinned (--pin, 2 or more CPUs)")
     configs = ours_configs(args.ours, args.ours_arg)
     models, protocols = args.model or list(DEFAULT_MODELS), args.protocol or list(PROTOCOLS)
     levels = args.concurrency or list(CONCURRENCY)
@@ -281,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, FLOOR) else [])]:
                 server.wait_model_ready(model, 120)
+        if args.neighbor:
+            stack.enter_context(busy_neighbor(pinning))
         bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads)
         for model in models:
             for protocol in protocols:
@@ -309,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor,
+        "floor": args.floor, "neighbor": args.neighbor,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

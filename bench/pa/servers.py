@@ -3,10 +3,12 @@ optionally pinned to one CPU with `taskset` (children, e.g. Triton's python stub
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +81,8 @@ class PinnedRuntime(RuntimeProcess):
 
 class PinnedTriton(TritonPeer):
     """The Triton peer, its command line behind `taskset` when pinned (the stubs it forks inherit it), and behind
-    `chrt --batch 0` with `batch`: every thread of it and of its stubs under SCHED_BATCH, as ours runs by default
-    (`--thread-policy`), to tell what the policy alone gives either server."""
+    `chrt --batch 0` with `batch`: every thread of it and of its stubs under SCHED_BATCH, as ours runs with
+    `--thread-policy=batch`, to tell what the policy alone gives either server."""
 
     def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning, batch: bool = False) -> None:
         super().__init__(repositories, install=install)
@@ -109,3 +111,15 @@ class FloorServer(ServerProcess):
 
 def server_url(server: ServerProcess, protocol: str) -> str:
     return server.grpc_url if protocol == "grpc" else server.http_url
+
+
+@contextlib.contextmanager
+def busy_neighbor(pinning: Pinning) -> Iterator[None]:
+    """A process that keeps the servers' CPU busy (a loop, under the default policy) for the block: a core shared
+    with another workload, as on a node where the runtime's pod has no CPUs of its own."""
+    process = subprocess.Popen([*pinning.server_prefix(), sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
