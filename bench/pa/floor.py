@@ -126,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--grpc-address", default="127.0.0.1")
-    parser.add_argument("--thread-policy", choices=thread_policy.CHOICES, default=thread_policy.BATCH,
-                        help="as the runtime's (batch, its default)")
+    parser.add_argument("--thread-policy", choices=thread_policy.CHOICES, default=thread_policy.INHERIT,
+                        help="as the runtime's (inherit, its default)")
     args = parser.parse_args(argv)
     thread_policy.apply(args.thread_policy)
     uvloop.run(serve(args.grpc_address, args.grpc_port))

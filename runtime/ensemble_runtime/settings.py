@@ -11,8 +11,8 @@ from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pydantic import BaseModel, Field
 
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
-from ensemble_runtime.thread_policy import BATCH
 from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
+from ensemble_runtime.thread_policy import INHERIT
 
 
 class ControlMode(enum.Enum):
@@ -65,7 +65,7 @@ class RuntimeSettings(BaseModel):
     memory_factor: float = 2.0
     memory_policy: str = "refuse"
     event_loop: str = "uvloop"
-    thread_policy: str = BATCH
+    thread_policy: str = INHERIT
     cpus: int = Field(default=0, ge=0)  # 0: the CPUs the process may run on
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
@@ -179,9 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs the runtime sizes its thread pools for (ONNX Runtime's), at most those the process "
                         "may run on; 0 (default): those. The operator passes the container's CPU limit")
     p.add_argument("--thread-policy", choices=THREAD_POLICIES,
-                   help="batch (default): every thread of the runtime runs under Linux's SCHED_BATCH, so a thread "
-                        "a request is handed to does not preempt the one handing it over; inherit: keep the "
-                        "policy the process was started with")
+                   help="inherit (default): keep the policy the process was started with; batch: every thread "
+                        "of the runtime runs under Linux's SCHED_BATCH, so a thread a request is handed to does not "
+                        "preempt the one handing it over (for CPUs of its own: a busy neighbour on the same CPU "
+                        "delays a wake-up by up to a scheduler tick while calls are in flight)")
     return p
 
 

@@ -9,9 +9,19 @@ thread it wakes does not preempt: it runs when the waker blocks or its slice end
 perf_analyzer, one core, concurrency 16: the event loop is preempted about once per request under SCHED_OTHER
 and about once per ten under SCHED_BATCH, and the server spends ~10% less CPU per request (bench/README.md).
 
-"batch" sets every thread of the process to SCHED_BATCH when the runtime starts (threads started later inherit
-it from the thread that starts them); "inherit" leaves the policy the process was started with. Any user may
-choose SCHED_BATCH: no privilege or capability is needed.
+But a thread under SCHED_BATCH does not preempt anything when it wakes, a process of someone else's included:
+where another process keeps the same CPU busy, each wake-up of a runtime thread (a request arriving on a socket
+among them) waits for that process's slice to end, a scheduler tick. Measured with perf_analyzer, one core
+shared with a busy loop, concurrency 1: p50 about 4 ms under SCHED_BATCH against 0.4-0.6 ms under the default
+policy (Triton's too). The native cores' threads now wait for the next request under the default policy whenever
+every call is answered (runtime/native/src/idle_policy.rs), which brings that case back to 0.4-0.6 ms. But a
+request that arrives while others are in flight, or a model thread woken by a GPU that finished, still waits for
+the busy neighbour's slice. So SCHED_BATCH is for a runtime that has its CPUs to itself (pinned, or a node with
+nothing else busy); the default keeps the policy the process was started with.
+
+"inherit" (the default) leaves the policy the process was started with; "batch" sets every thread of the
+process to SCHED_BATCH when the runtime starts (threads started later inherit it from the thread that starts
+them). Any user may choose SCHED_BATCH: no privilege or capability is needed.
 """
 
 from __future__ import annotations

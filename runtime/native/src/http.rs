@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_reply::ascii_string;
+use crate::idle_policy::InFlight;
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
@@ -83,6 +84,7 @@ pub struct HttpAnswer {
 
 pub struct HttpCore {
     pub queue: WakeQueue<InferCall>,
+    pub in_flight: InFlight,
     config: HttpConfig,
 }
 
@@ -90,6 +92,7 @@ impl HttpCore {
     pub fn new(config: HttpConfig) -> std::io::Result<Self> {
         Ok(Self {
             queue: WakeQueue::new()?,
+            in_flight: InFlight::default(),
             config,
         })
     }
@@ -286,6 +289,7 @@ async fn infer(
     };
     let (reply, answer) = oneshot::channel();
     let binary = binary_request(header_length.as_deref(), &body);
+    let _counted = core.in_flight.enter(); // until this call is answered (or dropped)
     core.queue.push(InferCall {
         model,
         version,

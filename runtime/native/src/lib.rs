@@ -7,6 +7,7 @@ pub mod grpc_plain;
 pub mod http;
 pub mod http_infer;
 pub mod http_reply;
+pub mod idle_policy;
 pub mod messages;
 pub mod queue;
 pub mod restrict;

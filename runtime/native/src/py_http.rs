@@ -68,8 +68,9 @@ impl PyHttpCore {
     /// Binds `address:port` and serves; returns the port bound (for port 0).
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
         let core = self.core.clone();
+        let in_flight = core.in_flight.clone();
         self.serving
-            .start(py, address, port, move |runtime, listener| {
+            .start(py, address, port, in_flight, move |runtime, listener| {
                 serve(runtime, core, listener)
             })
     }

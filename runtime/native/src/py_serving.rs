@@ -8,6 +8,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::idle_policy::{self, InFlight};
 use crate::running::Running;
 
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -33,8 +34,16 @@ impl<T: Send + 'static> Serving<T> {
         }
     }
 
-    /// Binds `address:port` and serves with `serve`; returns the port bound (for port 0).
-    pub fn start<F>(&self, py: Python<'_>, address: &str, port: u16, serve: F) -> PyResult<u16>
+    /// Binds `address:port` and serves with `serve`; returns the port bound (for port 0). `in_flight`: the calls
+    /// the port has taken and not answered, which decide the policy its threads park under (`idle_policy`).
+    pub fn start<F>(
+        &self,
+        py: Python<'_>,
+        address: &str,
+        port: u16,
+        in_flight: InFlight,
+        serve: F,
+    ) -> PyResult<u16>
     where
         F: FnOnce(&tokio::runtime::Runtime, TcpListener) -> std::io::Result<Running<T>> + Send,
     {
@@ -56,6 +65,8 @@ impl<T: Send + 'static> Serving<T> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
                 .thread_name(name)
+                .on_thread_start(idle_policy::on_thread_start)
+                .on_thread_park(move || idle_policy::on_thread_park(&in_flight))
                 .enable_all()
                 .build()?;
             let running = serve(&runtime, listener)?;

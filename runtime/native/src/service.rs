@@ -18,6 +18,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Response, Status};
 
+use crate::idle_policy::InFlight;
 use crate::messages::ModelInferRequest;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
@@ -75,6 +76,7 @@ pub enum Work {
 
 pub struct Core {
     pub queue: WakeQueue<Work>,
+    pub in_flight: InFlight,
     pub stream_ids: StreamIds,
     restrictions: Restrictions,
     max_message_bytes: usize,
@@ -84,6 +86,7 @@ impl Core {
     pub fn new(restrictions: Restrictions, max_message_bytes: usize) -> std::io::Result<Self> {
         Ok(Self {
             queue: WakeQueue::new()?,
+            in_flight: InFlight::default(),
             stream_ids: StreamIds::default(),
             restrictions,
             max_message_bytes,
@@ -184,6 +187,7 @@ impl UnaryService<Bytes> for Unary {
                     reply,
                 }
             };
+            let _counted = core.in_flight.enter(); // until this call is answered (or dropped)
             core.queue.push(work);
             match answer.await {
                 Ok(Ok(message)) if message.len() > core.max_message_bytes => {

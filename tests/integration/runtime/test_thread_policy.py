@@ -1,12 +1,15 @@
-"""`--thread-policy` on a real runtime process: every thread it runs (the event loop, the native cores' threads,
-model instances' threads, the event loop's workers) is SCHED_BATCH by default, after real requests over both
-protocols; with `inherit`, each keeps the policy the process was started with. And each stays on the CPUs the
-process was started on: ONNX Runtime's own default would pin a thread to every core of the machine."""
+"""`--thread-policy` on a real runtime process: by default every thread it runs (the event loop, the native cores'
+threads, model instances' threads, the event loop's workers) keeps the policy the process was started with, after
+real requests over both protocols; with `batch`, each is SCHED_BATCH, but for the native cores' threads, which
+wait for the next request under the default policy once every call is answered (runtime/native/src/idle_policy.rs).
+And each stays on the CPUs the process was started on: ONNX Runtime's own default would pin a thread to every core
+of the machine."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,27 +54,43 @@ def _threads(pid: int) -> list[tuple[str, int]]:
     return out
 
 
-def _check(threads: list[tuple[str, int]], policy: int, pid: int) -> None:
+CORES = ("grpc-core", "http-core")  # the native cores' threads
+
+
+def _check(threads: list[tuple[str, int]], policy: int, pid: int, idle_cores: int | None = None) -> None:
+    """Every thread under `policy`; the native cores' threads under `idle_cores` where given."""
     names = [name for name, _ in threads]
     main = Path(f"/proc/{pid}/comm").read_text().strip()  # python threads keep the executable's name
-    assert {"grpc-core", "http-core"} <= set(names), threads  # the native cores' threads
+    assert set(CORES) <= set(names), threads
     assert names.count(main) >= 3, threads  # the event loop's and py_add_sub's two instances'
-    assert all(p == policy for _, p in threads), threads
+    assert all(p == policy for name, p in threads if name not in CORES), threads
+    cores = policy if idle_cores is None else idle_cores
+    assert all(p == cores for name, p in threads if name in CORES), threads
 
 
-def test_every_thread_runs_batch_by_default(server: RuntimeProcess) -> None:
-    _serve_a_little(server)
-    _check(_threads(server.pid), os.SCHED_BATCH, server.pid)
-
-
-def test_inherit_keeps_the_policy_it_was_started_with(repository: Path) -> None:
+def test_every_thread_keeps_the_policy_it_was_started_with_by_default(server: RuntimeProcess) -> None:
     started_with = os.sched_getscheduler(0)
     assert started_with != os.SCHED_BATCH, "run this test from a process that is not SCHED_BATCH itself"
-    with RuntimeProcess([repository], ["--strict-readiness=false", "--thread-policy=inherit"]) as proc:
+    _serve_a_little(server)
+    _check(_threads(server.pid), started_with, server.pid)
+
+
+def test_batch_puts_every_thread_under_sched_batch_but_idle_cores(repository: Path) -> None:
+    """Under SCHED_BATCH a woken thread preempts nothing, another process's included: a core's thread waiting for
+    the next request waits under the default policy, so that a request arriving on a CPU another workload keeps
+    busy is taken at once. Here every call has been answered, so the cores' threads wait under SCHED_OTHER."""
+    with RuntimeProcess([repository], ["--strict-readiness=false", "--thread-policy=batch"]) as proc:
         proc.wait_model_ready("py_add_sub")
         proc.wait_model_ready("add_sub")
         _serve_a_little(proc)
-        _check(_threads(proc.pid), started_with, proc.pid)
+        # a core's thread switches as it goes to wait, just after its last answer was written: wait for it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            threads = _threads(proc.pid)
+            if all(p == os.SCHED_OTHER for name, p in threads if name in CORES):
+                break
+            time.sleep(0.05)
+        _check(threads, os.SCHED_BATCH, proc.pid, idle_cores=os.SCHED_OTHER)
 
 
 @contextlib.contextmanager

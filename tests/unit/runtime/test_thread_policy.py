@@ -12,9 +12,9 @@ from ensemble_runtime import thread_policy
 from ensemble_runtime.settings import parse_settings
 
 
-def test_batch_is_the_default_and_inherit_the_other_choice() -> None:
-    assert parse_settings([]).thread_policy == thread_policy.BATCH
-    assert parse_settings(["--thread-policy=inherit"]).thread_policy == thread_policy.INHERIT
+def test_inherit_is_the_default_and_batch_the_other_choice() -> None:
+    assert parse_settings([]).thread_policy == thread_policy.INHERIT
+    assert parse_settings(["--thread-policy=batch"]).thread_policy == thread_policy.BATCH
     with pytest.raises(SystemExit):
         parse_settings(["--thread-policy=fifo"])
 
