@@ -51,8 +51,9 @@ async def closed_loop(call: Callable[[], Awaitable[object]], concurrency: int, d
     return summarize(latencies, duration_s)
 
 
-def write_json(name: str, payload: object) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_json(name: str, payload: object, path: Path | None = None) -> Path:
+    """`payload` as bench/results/<name>.json, or at `path` (a benchmark's --json) where given."""
+    path = path or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2))
     return path

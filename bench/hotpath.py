@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +158,10 @@ def micro_child(root: Path, model: str, count: int) -> None:
         await dataplane.manager.load([model])
         loop = asyncio.get_running_loop()
 
-        async def with_task() -> None:
+        async def with_task() -> bool:
             decoded, declared = grpc_codec.decode_request(request)
             grpc_codec.encode_response(await dataplane.infer(decoded, declared)).SerializeToString()
+            return True
 
         async def without_task() -> bool:
             """As the native front ends do: `infer_then` where it takes the request, else `infer` in a task."""
@@ -177,20 +178,19 @@ def micro_child(root: Path, model: str, count: int) -> None:
                 raise outcome
             return True
 
-        for _ in range(500):
-            await with_task()
-        cpu, wall = time.process_time(), time.perf_counter()
-        for _ in range(count):
-            await with_task()
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        print(f"{cpu * 1e6 / count:.1f} {wall * 1e6 / count:.1f}", flush=True)
-        for _ in range(500):
-            await without_task()
-        taken, cpu, wall = 0, time.process_time(), time.perf_counter()
-        for _ in range(count):
-            taken += await without_task()
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        print(f"{cpu * 1e6 / count:.1f} {wall * 1e6 / count:.1f} {taken / count:.3f}", flush=True)
+        async def timed(one: Callable[[], Awaitable[bool]]) -> dict[str, float]:
+            """500 warm-up requests, then `count` timed; `taken`: the share for which `one` returned True."""
+            for _ in range(500):
+                await one()
+            taken, cpu, wall = 0, time.process_time(), time.perf_counter()
+            for _ in range(count):
+                taken += await one()
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            return {"cpu_us_per_req": round(cpu * 1e6 / count, 1), "wall_us_per_req": round(wall * 1e6 / count, 1),
+                    "taken": taken / count}
+
+        measured = {"task": await timed(with_task), "then": await timed(without_task)}
+        print(json.dumps(measured), flush=True)
         await dataplane.manager.unload(model)
 
     uvloop.run(run())
@@ -211,10 +211,12 @@ def micro(servers: list[tuple[str, Path, list[str]]], root: Path, workloads: lis
                 out = subprocess.run(
                     [sys.executable, __file__, "--micro-child", str(root), model, str(count)],
                     env=env, check=True, capture_output=True, text=True,
-                ).stdout.split()
-                runs[name].append({"cpu_us_per_req": float(out[-5]), "wall_us_per_req": float(out[-4])})
-                then_runs[name].append({"cpu_us_per_req": float(out[-3]), "wall_us_per_req": float(out[-2]),
-                                        "without_task": float(out[-1])})
+                ).stdout
+                measured = json.loads(out.strip().splitlines()[-1])
+                task, then = measured["task"], measured["then"]
+                runs[name].append({"cpu_us_per_req": task["cpu_us_per_req"], "wall_us_per_req": task["wall_us_per_req"]})
+                then_runs[name].append({"cpu_us_per_req": then["cpu_us_per_req"],
+                                        "wall_us_per_req": then["wall_us_per_req"], "without_task": then["taken"]})
         results[f"{model}@micro"] = {name: _median(rows) for name, rows in runs.items()}
         results[f"{model}@then"] = {name: _median(rows) for name, rows in then_runs.items()}
     return results
@@ -303,11 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     payload = {"servers": {n: {"runtime": str(d), "flags": f} for n, d, f in servers}, "results": results,
                "duration_s": args.duration, "repeats": args.repeats, "load_average": load}
-    if args.json is not None:
-        args.json.write_text(json.dumps(payload, indent=2))
-        print(f"wrote {args.json}")
-    else:
-        print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload)}")
+    print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload, args.json)}")
     return 0
 
 

@@ -323,11 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_average": {"before": load_before, "after": load_after},
         "results": results, "onnx": onnx,
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=2))
     print("\n".join(report.markdown(payload)))
-    print(f"wrote {args.json or write_json('perf_analyzer', payload)}")
+    print(f"wrote {write_json('perf_analyzer', payload, args.json)}")
     return 0
 
 

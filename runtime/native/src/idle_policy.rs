@@ -15,12 +15,12 @@ use std::sync::Arc;
 pub struct InFlight(Arc<AtomicUsize>);
 
 /// One call counted in flight until it is dropped (answered, failed or cancelled).
-pub struct Counted(Arc<AtomicUsize>);
+pub struct Counted<'a>(&'a AtomicUsize);
 
 impl InFlight {
-    pub fn enter(&self) -> Counted {
+    pub fn enter(&self) -> Counted<'_> {
         self.0.fetch_add(1, Ordering::Relaxed);
-        Counted(self.0.clone())
+        Counted(&self.0)
     }
 
     pub fn idle(&self) -> bool {
@@ -28,7 +28,7 @@ impl InFlight {
     }
 }
 
-impl Drop for Counted {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
