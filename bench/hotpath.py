@@ -50,7 +50,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
 from bench.common import summarize, write_json
-from bench.models import build_chain_repository
+from bench.models import build_chain_repository, mark_inline
 from tests.support.runtime_process import REPO_ROOT, RuntimeProcess
 
 ADD_SUB = """
@@ -269,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--micro", action="store_true", help="in-process codec + data plane, no gRPC")
     parser.add_argument("--count", type=int, default=5000, help="requests per --micro run")
+    parser.add_argument("--inline", action="store_true", help="the python steps with EXECUTE_INLINE (on the loop)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/hotpath[_micro].json")
     parser.add_argument("--micro-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -286,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (root / "add_sub" / "1").mkdir(parents=True)
         (root / "add_sub" / "config.pbtxt").write_text(ADD_SUB)
         onnx_models.save(onnx_models.add_sub(), root / "add_sub" / "1" / "model.onnx")
+        if args.inline:
+            mark_inline(root)
         if args.micro:
             results = micro(servers, root, workloads, args.count, args.repeats)
             keys: tuple[str, ...] = ("cpu_us_per_req", "wall_us_per_req")
@@ -304,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     payload = {"servers": {n: {"runtime": str(d), "flags": f} for n, d, f in servers}, "results": results,
-               "duration_s": args.duration, "repeats": args.repeats, "load_average": load}
+               "duration_s": args.duration, "repeats": args.repeats, "inline": args.inline, "load_average": load}
     print(f"wrote {write_json('hotpath_micro' if args.micro else 'hotpath', payload, args.json)}")
     return 0
 

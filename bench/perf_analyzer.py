@@ -8,7 +8,8 @@ servers' statistics, the composing models' too); and `add_sub`, a small ONNX mod
 no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's `InferenceSession.run` called directly in a
 process pinned like the server: the p50 difference is our overhead. With `--floor`, the gRPC points (the ONNX one
 too) also measure `bench.pa.floor`: the native core echoing each request from one loop wake-up, with no data
-plane and no model, the least any request to our runtime takes on this machine.
+plane and no model, the least any request to our runtime takes on this machine. With `--inline` the python
+models carry our `EXECUTE_INLINE` parameter (their `execute` on our event loop; Triton ignores it).
 
 All servers run for the whole benchmark on the same repository and are measured in alternation, `--repeats`
 runs per point. With `--pin` (the default with 2 or more CPUs) every server runs on the first CPU and
@@ -48,7 +49,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import write_json
-from bench.models import ONNX_MODEL, build_add_one, build_chain_repository, build_onnx_repository
+from bench.models import ONNX_MODEL, build_add_one, build_chain_repository, build_onnx_repository, mark_inline
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
 from bench.pa.report import FLOOR, TRITON
@@ -240,6 +241,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--neighbor", action="store_true",
                         help="a busy process on the servers' CPU while they are measured (a core shared with another "
                              "workload; needs --pin)")
+    parser.add_argument("--inline", action="store_true",
+                        help="the python models with EXECUTE_INLINE (ours runs their execute on the loop; Triton "
+                             "ignores the parameter)")
     parser.add_argument("--threads", action="store_true",
                         help="per thread of ours: CPU and context switches per request (bench.pa.threads)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
@@ -274,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_add_one(tmp / "models", MULTI_INSTANCE, instances=2)
         if DECOUPLED in models:
             build_add_one(tmp / "models", DECOUPLED, decoupled=True)
+        if args.inline:
+            mark_inline(tmp / "models")
         model_path = build_onnx_repository(tmp / "onnx") if args.onnx else None
         ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
         servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
@@ -316,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor, "neighbor": args.neighbor,
+        "floor": args.floor, "neighbor": args.neighbor, "inline": args.inline,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

@@ -187,14 +187,16 @@ class Scheduler:
         instance = self._inline()
         if instance is None:
             raise internal(f"model '{self.model}': no instance takes a request without a task now")
-        # Nothing yields from here to the end: the instance stays free for the others (as `_run_one` would leave it)
+        # Nothing yields from here to the end: the instance stays free for the others (as `_run_one` would leave
+        # it). The phases as `_run_one` takes them: every one is counted, however short.
         start = time.perf_counter_ns()
+        input_end = time.perf_counter_ns()
         try:
             result = self._counted(instance.execute_inline([request]), 1)[0]
         except BaseException as exc:
             result = self._failed(exc, 1)[0]
-        infer_end = time.perf_counter_ns()
-        compute = ComputeTimes(0, infer_end - start, 0)
+        output_start = time.perf_counter_ns()
+        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
         then(result, functools.partial(self._count, request, result, 0, compute, times))
 
     def _submit_queued_then(

@@ -72,8 +72,8 @@ class QueuingInstance(ModelInstance, Protocol):
 
 @runtime_checkable
 class InlineInstance(ModelInstance, Protocol):
-    """An instance whose executions may run on the caller's thread (an ONNX model that runs in microseconds:
-    cheaper on the loop than handed to a thread and back)."""
+    """An instance whose executions may run on the caller's thread (an ONNX model that runs in microseconds, a
+    python model that opted in with `EXECUTE_INLINE`: cheaper on the loop than handed to a thread and back)."""
 
     def runs_inline(self) -> bool:
         """Whether an execution would run on the caller's thread now (it may change as executions are timed)."""

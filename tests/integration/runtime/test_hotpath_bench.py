@@ -1,8 +1,8 @@
 """bench/hotpath.py --micro at a tiny size, so the benchmark cannot rot: both of the data plane's paths run in
-process for a python ensemble and an ONNX model, and `infer_then` (the path the native front ends take) takes
-every request for the python ensemble without a task. The figures are the benchmark's business: only their
-presence is checked (an ONNX model's requests take that path only while its executions are short, which a busy
-machine decides)."""
+process for a python ensemble (its steps on their threads, or with `--inline` on the loop) and an ONNX model,
+and `infer_then` (the path the native front ends take) takes every request for the python ensemble without a
+task. The figures are the benchmark's business: only their presence is checked (an ONNX model's requests take
+that path only while its executions are short, which a busy machine decides)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_hotpath_micro_measures_both_paths(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["threads", "inline"])
+def test_hotpath_micro_measures_both_paths(tmp_path: Path, inline: bool) -> None:
     out = tmp_path / "hotpath.json"
     run = subprocess.run(
         [sys.executable, "bench/hotpath.py", "--micro", "--workload", "chain2", "--workload", "add_sub",
-         "--count", "50", "--repeats", "1", "--json", str(out)],
+         "--count", "50", "--repeats", "1", "--json", str(out), *(["--inline"] if inline else [])],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    payload = json.loads(out.read_text())
+    assert payload["inline"] is inline
+    results = payload["results"]
     assert set(results) == {"chain2@micro", "chain2@then", "add_sub@micro", "add_sub@then"}
     for case, per_server in results.items():
         row = per_server["this"]

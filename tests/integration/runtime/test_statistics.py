@@ -14,16 +14,19 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from bench.models import build_chain_repository
+from bench.models import build_chain_repository, mark_inline
 from tests.support.runtime_process import RuntimeProcess
 
 PHASES = ("compute_input", "compute_infer", "compute_output")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeProcess]:
+@pytest.fixture(scope="module", params=["threads", "inline"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeProcess]:
+    """The python steps on their instances' threads, or (EXECUTE_INLINE) on the loop, without a task."""
     root = tmp_path_factory.mktemp("repo")
     build_chain_repository(root, lengths=(2,))
+    if request.param == "inline":
+        assert mark_inline(root) == ["add_one_0", "add_one_1"]
     with RuntimeProcess([root]) as runtime:
         runtime.wait_ready(120)
         yield runtime

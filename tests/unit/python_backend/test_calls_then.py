@@ -73,7 +73,7 @@ async def started(h: Harness, name: str, policy: BatchPolicy | None = None) -> t
     return sched, stats
 
 
-def test_only_instances_that_queue_calls_take_them(run: Run) -> None:
+def test_instances_that_queue_calls_or_run_inline_take_them(run: Run) -> None:
     async def body(h: Harness) -> None:
         takes = {}
         for name in ("queued", "async_add", "inline"):
@@ -83,7 +83,27 @@ def test_only_instances_that_queue_calls_take_them(run: Run) -> None:
                 with pytest.raises(InferenceError, match="no instance takes a request without a task"):
                     sched.submit_then(request(1), lambda result, settle: None)
             await sched.close()
-        assert takes == {"queued": True, "async_add": False, "inline": False}
+        assert takes == {"queued": True, "async_add": False, "inline": True}
+
+    run(body)
+
+
+def test_an_inline_model_runs_on_the_loop_before_submit_then_returns(run: Run) -> None:
+    """EXECUTE_INLINE: the request runs in the call that submitted it, on the loop's thread, and is counted
+    once settled, as a queued one is."""
+
+    async def body(h: Harness) -> None:
+        sched, stats = await started(h, "inline")
+        got: list[Outcome] = []
+        sched.submit_then(request(1), lambda result, settle: got.append(
+            Outcome(result, threading.current_thread().name, settle)))
+        (outcome,) = got  # already there: nothing was handed to another thread
+        assert outcome.thread == threading.current_thread().name
+        assert outcome.outputs()["THREAD"][0] == threading.current_thread().name.encode()
+        assert stats.execution_count == 0
+        outcome.settle()
+        assert stats.execution_count == stats.inference_count == 1 and stats.compute_infer.ns > 0
+        await sched.close()
 
     run(body)
 

@@ -176,7 +176,8 @@ INLINE_PARAMETER = "EXECUTE_INLINE"
 def execute_inline(config: mc.ModelConfig) -> bool:
     """Opt-in (`parameters { key: "EXECUTE_INLINE" value: { string_value: "true" } }`): run a synchronous
     `execute` on the event loop instead of the instance's thread. For steps that take microseconds, it saves
-    two thread hops per call; it blocks the server while `execute` runs, and a synchronous BLS `exec()` in
-    such a model must become `await async_exec()`. Triton ignores the parameter."""
+    two thread hops per call (and on the native front ends the request's task: it runs in the wake-up that
+    took it); it blocks the server while `execute` runs, and a synchronous BLS `exec()` in such a model must
+    become `await async_exec()`. Triton ignores the parameter."""
     value = config.parameters[INLINE_PARAMETER].string_value if INLINE_PARAMETER in config.parameters else ""
     return value.strip().lower() in ("1", "true", "yes", "on")

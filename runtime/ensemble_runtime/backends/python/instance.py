@@ -37,7 +37,8 @@ class ModelExitError(InferenceError):
 
 
 class PythonInstance:
-    """Runs a synchronous `execute` on the instance's own thread, an `async def execute` on the loop."""
+    """Runs a synchronous `execute` on the instance's own thread (on the loop where the model opted in with
+    `EXECUTE_INLINE`), an `async def execute` on the loop."""
 
     def __init__(
         self,
@@ -64,6 +65,8 @@ class PythonInstance:
         self._calls = calls  # the version's: an execution any of its instances may run
         self._thread = InstanceThread(f"py-{instance_name}", model, calls)
         self._closed = False
+        # requests run on the loop without a task (`runs_inline`): asked per request, so decided once here
+        self._runs_inline = inline and not decoupled and not inspect.iscoroutinefunction(getattr(model, "execute", None))
 
     async def call(self, method: str, *args: Any, ran: RunTimes | None = None, anywhere: bool = False) -> Any:
         """Call the model's method `method` where it belongs, with BLS pointed at this server; a BaseException
@@ -127,12 +130,15 @@ class PythonInstance:
         return await self._execute_all(requests, ran, anywhere)
 
     async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None, anywhere: bool) -> Any:
-        execute = self._model.execute
-        if not self._inline or inspect.iscoroutinefunction(execute):
+        if not self._inline or inspect.iscoroutinefunction(self._model.execute):
             return await self.call("execute", pb_requests, ran=ran, anywhere=anywhere)
+        return self._execute_here(pb_requests)
+
+    def _execute_here(self, pb_requests: list[InferenceRequest]) -> Any:
+        """A synchronous `execute` on the calling thread (the loop), with BLS pointed at this server."""
         token = bls.BLS_TARGET.set(self._target)
         try:
-            return execute(pb_requests)
+            return self._model.execute(pb_requests)
         except Exception:
             raise
         except BaseException as exc:  # on the loop itself: SystemExit here would end the server
@@ -141,6 +147,20 @@ class PythonInstance:
             raise self._contained("execute", exc) from None
         finally:
             bls.BLS_TARGET.reset(token)
+
+    def runs_inline(self) -> bool:
+        """Whether `execute_inline` may run a request now: the model opted in (`EXECUTE_INLINE`), its `execute`
+        is synchronous and it is not decoupled. Then the scheduler runs its requests on the loop in the wake-up
+        that took them, without a task (`Scheduler.submit_then`), as it runs a fast ONNX model's."""
+        return self._runs_inline
+
+    def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """`execute` on the calling thread, where `runs_inline` says so: one result per request."""
+        try:
+            responses = self._execute_here([_incoming(request) for request in requests])
+        except Exception as exc:
+            return [self._failure(exc)] * len(requests)
+        return self._results(requests, responses)
 
     def execute_then(self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]) -> None:
         """`execute_queued` for one request without a future or the loop: the first free instance of the version
@@ -175,6 +195,8 @@ class PythonInstance:
 
     async def _execute_all(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
                            anywhere: bool) -> list[BackendResult]:
+        if self._runs_inline:
+            return self.execute_inline(requests)
         pb_requests = [_incoming(request) for request in requests]
         try:
             responses = await self._execute(pb_requests, ran, anywhere)
