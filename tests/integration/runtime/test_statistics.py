@@ -98,8 +98,9 @@ def test_each_answer_is_counted_before_the_client_can_ask(
     server: RuntimeProcess, model: str, tensor: str, steps: tuple[str, ...]
 ) -> None:
     """A python model's request is answered from its instance's thread (an ensemble's from the loop, its steps
-    run on their instances' threads) while the statistics are counted on the event loop: a statistics request
-    sent right after each answer, over either protocol, already counts it, and each of its steps."""
+    run on their instances' threads; inline, everything on the loop) while the statistics are counted on the
+    event loop: a statistics request sent right after each answer, over either protocol, already counts it, and
+    each of its steps."""
     with server.grpc_client() as grpc, server.http_client() as http:
         start = {name: _entry(grpc, name) for name in (model, *steps)}
         row = httpclient.InferInput(tensor, [16], "FP32")
