@@ -4,6 +4,7 @@ HTTP). Region names and keys are unique per run, so runs and other tests never s
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
+from tritonclient.utils import InferenceServerException
 
+from bench.triton_peer import TritonPeer
 from tests.integration.triton_examples.support import serve
 from tests.support.server_process import ServerProcess
 
@@ -30,8 +33,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 class _Regions:
     """Regions created here and registered with the server; all released at the end."""
 
-    def __init__(self, client: Any) -> None:
-        self.client, self.tag = client, uuid.uuid4().hex[:12]
+    def __init__(self, server: ServerProcess, protocol: str) -> None:
+        self.client, self.tag = _client(server, protocol), uuid.uuid4().hex[:12]
+        self.peer = isinstance(server, TritonPeer)
         self.handles: list[Any] = []
 
     def create(self, name: str, size: int) -> Any:
@@ -46,11 +50,27 @@ class _Regions:
 
     def close(self) -> None:
         try:
-            self.client.unregister_system_shared_memory()
+            self._unregister_all()
         finally:
             for handle in self.handles:
                 shm.destroy_shared_memory_region(handle)
             self.client.close()
+
+
+    def _unregister_all(self) -> None:
+        """Unregister every region. The peer (tritonserver 2.51) refuses while a request it has already answered
+        still holds a region: it drops its hold when it releases the request, after the answer has left
+        (triton-inference-server/server#7567; #7743, in later releases, defers the unregister instead). So under
+        load the peer's refusal is waited out, for at most 30 s; ours must unregister at once."""
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                self.client.unregister_system_shared_memory()
+                return
+            except InferenceServerException as exc:
+                if not self.peer or "Failed to unregister" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
 
 
 def text(values: Any) -> Any:
@@ -65,7 +85,7 @@ def _client(server: ServerProcess, protocol: str) -> Any:
 def test_simple_shm_client(request: pytest.FixtureRequest, server: ServerProcess, protocol: str) -> None:
     """simple_grpc_shm_client / simple_http_shm_client: one region for both inputs, one for both outputs."""
     module: Any = grpcclient if protocol == "grpc" else httpclient
-    regions = _Regions(_client(server, protocol))
+    regions = _Regions(server, protocol)
     try:
         regions.client.unregister_system_shared_memory()
         in0, in1 = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
@@ -100,7 +120,7 @@ def test_simple_shm_client(request: pytest.FixtureRequest, server: ServerProcess
 def test_simple_shm_string_client(request: pytest.FixtureRequest, server: ServerProcess, protocol: str) -> None:
     """simple_grpc_shm_string_client / simple_http_shm_string_client: serialized BYTES in one region each."""
     module: Any = grpcclient if protocol == "grpc" else httpclient
-    regions = _Regions(_client(server, protocol))
+    regions = _Regions(server, protocol)
     try:
         in0, in1 = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
         expected = [text(in0 + in1), text(in0 - in1)]
@@ -135,7 +155,7 @@ def test_simple_shm_string_client(request: pytest.FixtureRequest, server: Server
 def test_reuse_infer_objects_client(request: pytest.FixtureRequest, server: ServerProcess, protocol: str) -> None:
     """The same InferInput / InferRequestedOutput objects used with shared memory, without, and with again."""
     module: Any = grpcclient if protocol == "grpc" else httpclient
-    regions = _Regions(_client(server, protocol))
+    regions = _Regions(server, protocol)
     try:
         regions.client.unregister_system_shared_memory()
         in0, in1 = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
