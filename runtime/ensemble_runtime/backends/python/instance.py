@@ -56,7 +56,8 @@ class PythonInstance:
     ) -> None:
         self._version = version
         self._decoupled = decoupled  # answers through response senders; execute returns None
-        self._inline = inline  # run a synchronous execute on the loop (opt-in per model, see backend.py)
+        # a synchronous execute that runs on the loop (opt-in per model, see backend.py): decided once, asked per call
+        self._inline = inline and not inspect.iscoroutinefunction(getattr(model, "execute", None))
         self._model = model
         self._name = name
         self._target = target
@@ -65,8 +66,7 @@ class PythonInstance:
         self._calls = calls  # the version's: an execution any of its instances may run
         self._thread = InstanceThread(f"py-{instance_name}", model, calls)
         self._closed = False
-        # requests run on the loop without a task (`runs_inline`): asked per request, so decided once here
-        self._runs_inline = inline and not decoupled and not inspect.iscoroutinefunction(getattr(model, "execute", None))
+        self._runs_inline = self._inline and not decoupled  # requests on the loop without a task (`runs_inline`)
 
     async def call(self, method: str, *args: Any, ran: RunTimes | None = None, anywhere: bool = False) -> Any:
         """Call the model's method `method` where it belongs, with BLS pointed at this server; a BaseException
@@ -130,7 +130,7 @@ class PythonInstance:
         return await self._execute_all(requests, ran, anywhere)
 
     async def _execute(self, pb_requests: list[InferenceRequest], ran: RunTimes | None, anywhere: bool) -> Any:
-        if not self._inline or inspect.iscoroutinefunction(self._model.execute):
+        if not self._inline:  # on the instance's thread, or an `async def execute` on the loop
             return await self.call("execute", pb_requests, ran=ran, anywhere=anywhere)
         return self._execute_here(pb_requests)
 
