@@ -81,10 +81,11 @@ def served_serial(url: str, feeds: dict[str, np.ndarray], duration: float) -> di
 
 
 def floor_server() -> tuple[subprocess.Popen[bytes], str]:
-    """`bench.pa.floor` on a free port: ours' gRPC core answering from one loop wake-up, nothing else."""
+    """`bench.pa.floor` on a free port: our gRPC core answering from one loop wake-up, nothing else."""
     port = free_port()
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.Popen([sys.executable, "-m", "bench.pa.floor", f"--grpc-port={port}"], cwd=root, env=env)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
