@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ensemble_examples import onnx_models
 
 from bench.common import closed_loop, summarize, write_json
-from tests.support.ports import free_port
+from bench.pa.servers import FloorServer, Pinning
 from tests.support.runtime_process import RuntimeProcess
 
 CONFIG = """
@@ -80,26 +79,6 @@ def served_serial(url: str, feeds: dict[str, np.ndarray], duration: float) -> di
     return summarize(latencies, duration)
 
 
-def floor_server() -> tuple[subprocess.Popen[bytes], str]:
-    """`bench.pa.floor` on a free port: our gRPC core answering from one loop wake-up, nothing else."""
-    port = free_port()
-    root = Path(__file__).resolve().parents[1]
-    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.Popen([sys.executable, "-m", "bench.pa.floor", f"--grpc-port={port}"], cwd=root, env=env)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    with grpcclient.InferenceServerClient(url) as client:
-        while time.monotonic() < deadline:
-            try:
-                if client.is_server_live():
-                    return proc, url
-            except Exception:  # not up yet
-                time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("gRPC floor server did not start")
-
-
 async def served(url: str, feeds: dict[str, np.ndarray], concurrency: int, duration: float) -> dict[str, float]:
     client = grpcaio.InferenceServerClient(url)
     inputs = []
@@ -132,19 +111,15 @@ def main() -> None:
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(str(root / "add_sub" / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"])
         results: dict[str, dict[str, float]] = {}
-        floor, floor_url = floor_server()
-        try:
-            with RuntimeProcess([root], ["--model-control-mode=explicit", "--load-model=add_sub"]) as proc:
-                proc.wait_model_ready("add_sub")
-                results["direct_c1"] = direct(session, feeds, 1, args.duration)
-                results["floor_c1"] = served_serial(floor_url, feeds, args.duration)
-                results["served_c1"] = served_serial(proc.grpc_url, feeds, args.duration)
-                results["direct_c16"] = direct(session, feeds, 16, args.duration)
-                results["floor_c16"] = asyncio.run(served(floor_url, feeds, 16, args.duration))
-                results["served_c16"] = asyncio.run(served(proc.grpc_url, feeds, 16, args.duration))
-        finally:
-            floor.kill()
-            floor.wait()
+        with FloorServer(Pinning()) as floor, \
+                RuntimeProcess([root], ["--model-control-mode=explicit", "--load-model=add_sub"]) as proc:
+            proc.wait_model_ready("add_sub")
+            results["direct_c1"] = direct(session, feeds, 1, args.duration)
+            results["floor_c1"] = served_serial(floor.grpc_url, feeds, args.duration)
+            results["served_c1"] = served_serial(proc.grpc_url, feeds, args.duration)
+            results["direct_c16"] = direct(session, feeds, 16, args.duration)
+            results["floor_c16"] = asyncio.run(served(floor.grpc_url, feeds, 16, args.duration))
+            results["served_c16"] = asyncio.run(served(proc.grpc_url, feeds, 16, args.duration))
     overhead = results["served_c1"]["p50_us"] - results["direct_c1"]["p50_us"]
     ours = results["served_c1"]["p50_us"] - results["floor_c1"]["p50_us"] - results["direct_c1"]["p50_us"]
     payload = {"model": "add_sub FP32[1,16] x2", "instances": args.instances, "results": results,

@@ -105,7 +105,8 @@ class FloorServer(ServerProcess):
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         return [*self.prefix, sys.executable, "-m", "bench.pa.floor", f"--grpc-port={self.grpc_port}"], env
 
 
