@@ -1,0 +1,87 @@
+"""One gRPC call with bytes no gRPC library would send: any headers (a `grpc-encoding` nobody speaks) and any
+length-prefixed frames (a compressed flag over bytes that do not inflate), over a real HTTP/2 connection (h2, the
+protocol state machine; the socket is ours). Returns the call's status as the server wrote it in its trailers."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import h2.config
+import h2.connection
+import h2.events
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    status: int  # grpc-status (0 OK)
+    message: str  # grpc-message, percent-decoded
+    data: bytes  # the response's DATA, length prefixes included
+    fields: dict[str, str]  # the response's headers and trailers
+
+
+def frame(message: bytes, compressed: bool = False) -> bytes:
+    """A gRPC length-prefixed message: the compressed flag, the length (big-endian), the bytes."""
+    return struct.pack(">BI", 1 if compressed else 0, len(message)) + message
+
+
+def call(address: str, method: str, frames: Sequence[bytes], headers: Sequence[tuple[str, str]] = (),
+         timeout: float = 30.0) -> RawAnswer:
+    """POST `frames` (already framed, see `frame`) to `method` on `address` (host:port) and read the answer."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
+                                   (":authority", address), ("content-type", "application/grpc"), ("te", "trailers"),
+                                   *headers])
+        _send_body(sock, conn, stream, b"".join(frames))
+        return _answer(sock, conn, stream)
+
+
+def _send_body(sock: socket.socket, conn: h2.connection.H2Connection, stream: int, body: bytes) -> None:
+    """The body in DATA frames as flow control lets them out (the server's window updates read meanwhile; an
+    answer that ends the call before the body is sent stops the sending)."""
+    view = memoryview(body)
+    while True:
+        room = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(view))
+        if room or not view:
+            conn.send_data(stream, view[:room].tobytes(), end_stream=room == len(view))
+            sock.sendall(conn.data_to_send())
+            view = view[room:]
+            if not view:
+                return
+            continue
+        received = sock.recv(65536)
+        if not received:
+            raise ConnectionError("the connection closed while the request was being sent")
+        for event in conn.receive_data(received):
+            if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and event.stream_id == stream:
+                raise ConnectionError(f"the server ended the call before the request was sent ({event!r})")
+        sock.sendall(conn.data_to_send())
+
+
+def _answer(sock: socket.socket, conn: h2.connection.H2Connection, stream: int) -> RawAnswer:
+    fields: dict[str, str] = {}
+    data = bytearray()
+    while True:
+        received = sock.recv(65536)
+        if not received:
+            raise ConnectionError(f"the connection closed before the call ended; headers so far {fields}")
+        for event in conn.receive_data(received):
+            if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                fields.update((str(k), str(v)) for k, v in event.headers)
+            elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                data += event.data
+                conn.acknowledge_received_data(event.flow_controlled_length, stream)
+            elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
+                raise ConnectionError(f"the server reset the stream (error code {event.error_code})")
+            if isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
+                sock.sendall(conn.data_to_send())
+                return RawAnswer(int(fields.get("grpc-status", "-1")), unquote(fields.get("grpc-message", "")),
+                                 bytes(data), fields)
+        sock.sendall(conn.data_to_send())
