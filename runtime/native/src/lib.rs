@@ -8,6 +8,7 @@ pub mod http;
 pub mod http_infer;
 pub mod http_reply;
 pub mod idle_policy;
+pub mod inflate;
 pub mod messages;
 pub mod queue;
 pub mod restrict;

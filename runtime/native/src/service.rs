@@ -12,13 +12,14 @@ use bytes::{BufMut, Bytes};
 use prost::Message;
 use tokio::sync::oneshot;
 use tonic::body::Body;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Response, Status};
 
 use crate::idle_policy::InFlight;
+use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
@@ -80,6 +81,7 @@ pub struct Core {
     pub stream_ids: StreamIds,
     restrictions: Restrictions,
     max_message_bytes: usize,
+    inflating: Gate,
 }
 
 impl Core {
@@ -90,6 +92,7 @@ impl Core {
             stream_ids: StreamIds::default(),
             restrictions,
             max_message_bytes,
+            inflating: gate(),
         })
     }
 
@@ -103,7 +106,12 @@ impl Core {
             return Status::unavailable(refusal).into_http();
         }
         let limit = self.max_message_bytes;
+        // Compressed messages reach tonic inflated (crate::inflate: in steps, within the limit). Answers go out
+        // uncompressed, as Triton's do by default.
+        let request = inflated(request, limit, &self.inflating);
         let mut grpc = Grpc::new(RawCodec)
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Deflate)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
@@ -115,7 +123,11 @@ impl Core {
             return Status::unimplemented("Method not found!").into_http();
         };
         // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
-        match response.extensions().get::<Status>().and_then(too_large) {
+        match response
+            .extensions()
+            .get::<Status>()
+            .and_then(as_grpcio_answers)
+        {
             Some(status) => status.into_http(),
             None => response,
         }
@@ -129,16 +141,22 @@ fn is_unary(path: &str) -> bool {
     path == "/grpc.health.v1.Health/Check"
 }
 
-/// tonic refuses a request over the size limit with OUT_OF_RANGE; grpcio (and so Triton's clients) answer
-/// RESOURCE_EXHAUSTED "Received message larger than max (N vs. LIMIT)".
-fn too_large(status: &Status) -> Option<Status> {
-    if status.code() != tonic::Code::OutOfRange
-        || !status.message().contains("message length too large")
+/// tonic's refusals of a message over the size limit, in grpcio's words (and so Triton's, whose clients show
+/// them): RESOURCE_EXHAUSTED "Received message larger than max (N vs. LIMIT)" for a message over it as sent (tonic
+/// says OUT_OF_RANGE), "Decompressed message larger than max" for one that inflates past it. Other statuses: None.
+pub fn as_grpcio_answers(status: &Status) -> Option<Status> {
+    let message = status.message();
+    if status.code() == tonic::Code::ResourceExhausted
+        && message.contains("exceeded while decompressing")
     {
+        return Some(Status::resource_exhausted(
+            "Decompressed message larger than max",
+        ));
+    }
+    if status.code() != tonic::Code::OutOfRange || !message.contains("message length too large") {
         return None;
     }
-    let numbers: Vec<&str> = status
-        .message()
+    let numbers: Vec<&str> = message
         .split(|c: char| !c.is_ascii_digit())
         .filter(|part| !part.is_empty())
         .collect();
@@ -314,14 +332,27 @@ mod tests {
     #[test]
     fn oversized_requests_are_resource_exhausted() {
         let tonic_says = Status::out_of_range("Error, decoded message length too large: found 200118 bytes, the limit is: 65536 bytes");
-        let status = too_large(&tonic_says).unwrap();
+        let status = as_grpcio_answers(&tonic_says).unwrap();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             status.message(),
             "Received message larger than max (200118 vs. 65536)"
         );
-        assert!(too_large(&Status::out_of_range("something else")).is_none());
-        assert!(too_large(&Status::invalid_argument("message length too large")).is_none());
+        assert!(as_grpcio_answers(&Status::out_of_range("something else")).is_none());
+        assert!(as_grpcio_answers(&Status::invalid_argument("message length too large")).is_none());
+    }
+
+    #[test]
+    fn inflating_past_the_limit_is_resource_exhausted_as_grpcio_says() {
+        let tonic_says = Status::resource_exhausted(
+            "Error decompressing: size limit, of 1048576 bytes, exceeded while decompressing message",
+        );
+        let status = as_grpcio_answers(&tonic_says).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(status.message(), "Decompressed message larger than max");
+        let corrupt =
+            Status::internal("Error decompressing: invalid gzip header, while sending request");
+        assert!(as_grpcio_answers(&corrupt).is_none());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tonic::codegen::BoxFuture;
 use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::service::{Core, Work};
+use crate::service::{as_grpcio_answers, Core, Work};
 
 /// How many response messages of one stream wait in the core for HTTP/2 to take them.
 pub const WINDOW: usize = 16;
@@ -197,7 +197,7 @@ async fn read_frames(
             permit = want.acquire(), if reading => {
                 let Ok(permit) = permit else { break };
                 permit.forget();
-                let frame = inbound.message().await;
+                let frame = inbound.message().await.map_err(|status| as_grpcio_answers(&status).unwrap_or(status));
                 reading = matches!(frame, Ok(Some(_)));
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
             }

@@ -19,6 +19,7 @@ from tests.support.runtime_process import RuntimeProcess
 
 LIMIT = 1024 * 1024
 RESTRICTED = "statistics:admin=s3cret"
+MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 Answer = tuple[grpc.StatusCode, str]
 
 
@@ -163,6 +164,25 @@ def test_oversized_message_refused_and_still_serving(servers: dict[str, RuntimeP
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details.startswith("Received message larger than max (")
     assert _answer(servers["grpcio"], "/inference.GRPCInferenceService/ModelInfer", huge)[0] == code
+    ok = _infer_request("add_sub", [1, 16], bytes(64)).SerializeToString()
+    assert _answer(servers["native"], "/inference.GRPCInferenceService/ModelInfer", ok) == (grpc.StatusCode.OK, "")
+
+
+def test_oversized_stream_message_refused_as_grpcio_refuses_it(servers: dict[str, RuntimeProcess]) -> None:
+    """A ModelStreamInfer message over the limit ends the stream RESOURCE_EXHAUSTED (tonic says OUT_OF_RANGE;
+    grpcio prefixes its message with "SERVER: "). Whether the answer to the request before it is out first is a
+    race, under both."""
+    small = _infer_request("add_sub", [1, 16], bytes(64), id="first").SerializeToString()
+    huge = _infer_request("add_sub", [1, 16], bytes(LIMIT)).SerializeToString()
+    ended: dict[str, tuple[grpc.StatusCode, str]] = {}
+    for name, proc in servers.items():
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            try:
+                list(channel.stream_stream(MODEL_STREAM_INFER)(iter([small, huge]), timeout=30))
+            except grpc.RpcError as exc:
+                ended[name] = (exc.code(), exc.details() or "")
+    assert ended["native"][0] == ended["grpcio"][0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert ended["native"][1].startswith("Received message larger than max ("), ended["native"]
     ok = _infer_request("add_sub", [1, 16], bytes(64)).SerializeToString()
     assert _answer(servers["native"], "/inference.GRPCInferenceService/ModelInfer", ok) == (grpc.StatusCode.OK, "")
 

@@ -1,0 +1,573 @@
+//! Compressed gRPC requests (`grpc-encoding: gzip | deflate`), inflated on the core's thread in steps.
+//!
+//! tonic would inflate a compressed message whole, in one call, on the thread that serves every connection: a
+//! message of 1 MiB that inflates to the 256 MiB limit held the core for a quarter of a second. Here the request
+//! body is read through [`Inflating`], which hands tonic each compressed message as the plain message it
+//! inflates to (compressed flag 0, its inflated length), inflating at most [`STEP`] bytes per poll and then
+//! yielding to the other tasks. The limit is checked as the bytes come out: a message that inflates past it is
+//! refused (RESOURCE_EXHAUSTED, grpcio's words) with no more than the limit held. One message inflates at a time
+//! per core (the [`Gate`]; a message is inflated only once all its compressed bytes are here, so a slow client
+//! does not hold it): many small messages that each inflate to the limit, sent at once, hold one limit's worth
+//! of inflating memory, not one per message, as when tonic inflated them on the core's one thread. Plain
+//! messages pass through untouched, as they arrive, for tonic to check as it does any message.
+
+use std::future::Future;
+use std::io::{Cursor, Read};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use flate2::bufread::{GzDecoder, ZlibDecoder};
+use hyper::body::{Body, Frame};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
+use tonic::codegen::http;
+use tonic::Status;
+
+/// Lets one message inflate at a time (see the module); shared by every call of a core.
+pub type Gate = Arc<Semaphore>;
+
+pub fn gate() -> Gate {
+    Arc::new(Semaphore::new(1))
+}
+
+/// Inflated bytes per poll before the task yields (about a millisecond of inflating here).
+pub const STEP: usize = 1024 * 1024;
+const HEADER: usize = 5; // the compressed flag and the length, big-endian
+const ENCODING: &str = "grpc-encoding";
+
+/// The compressions a client may send (gRPC's names: `deflate` is the zlib format).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Gzip,
+    Deflate,
+}
+
+impl Encoding {
+    pub fn from_header(value: &[u8]) -> Option<Self> {
+        match value {
+            b"gzip" => Some(Self::Gzip),
+            b"deflate" => Some(Self::Deflate),
+            _ => None,
+        }
+    }
+
+    fn decoder(self, message: Bytes) -> Box<dyn Read + Send> {
+        match self {
+            Self::Gzip => Box::new(GzDecoder::new(Cursor::new(message))),
+            Self::Deflate => Box::new(ZlibDecoder::new(Cursor::new(message))),
+        }
+    }
+}
+
+/// A request whose messages are compressed with an encoding of ours: its body read through [`Inflating`] and
+/// the `grpc-encoding` header removed, so tonic reads plain messages. Any other request is returned as it is
+/// (tonic refuses an encoding it does not know, with UNIMPLEMENTED and the ones it accepts).
+pub fn inflated(
+    mut request: http::Request<tonic::body::Body>,
+    limit: usize,
+    gate: &Gate,
+) -> http::Request<tonic::body::Body> {
+    let Some(encoding) = request
+        .headers()
+        .get(ENCODING)
+        .and_then(|value| Encoding::from_header(value.as_bytes()))
+    else {
+        return request;
+    };
+    request.headers_mut().remove(ENCODING);
+    let gate = gate.clone();
+    request.map(|body| tonic::body::Body::new(Inflating::new(body, encoding, limit, gate)))
+}
+
+enum State {
+    /// Waiting for a message: its 5-byte header, and all of it when it is compressed.
+    Header,
+    /// Forwarding the rest of a plain message (or of one whose flag is not ours to judge) as it arrives.
+    Passing(usize),
+    /// A compressed message, all here, waiting for the gate.
+    Queued(Bytes),
+    /// Inflating a message: what came out so far, after room for its header.
+    Inflating(Box<dyn Read + Send>, BytesMut),
+    /// The body failed or ended: nothing more.
+    Done,
+}
+
+/// A gRPC request body whose compressed messages come out inflated (see the module).
+pub struct Inflating<B> {
+    inner: B,
+    inner_ended: bool,
+    encoding: Encoding,
+    limit: usize,
+    pending: BytesMut,
+    state: State,
+    yielding: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    gate: Gate,
+    acquiring: Option<Pin<Box<dyn Future<Output = Acquired> + Send>>>,
+    permit: Option<OwnedSemaphorePermit>, // held while inflating
+}
+
+type Acquired = Result<OwnedSemaphorePermit, AcquireError>;
+
+impl<B> Inflating<B> {
+    pub fn new(inner: B, encoding: Encoding, limit: usize, gate: Gate) -> Self {
+        Self {
+            inner,
+            inner_ended: false,
+            encoding,
+            limit,
+            pending: BytesMut::new(),
+            state: State::Header,
+            yielding: None,
+            gate,
+            acquiring: None,
+            permit: None,
+        }
+    }
+
+    /// One step on the bytes already here: `Some` when it has something to say, `None` when it needs more
+    /// bytes or (inflating) a yield.
+    fn step(&mut self) -> Option<Result<Bytes, Status>> {
+        loop {
+            match &mut self.state {
+                State::Header if self.pending.len() >= HEADER => {
+                    let flag = self.pending[0];
+                    let length = u32::from_be_bytes([
+                        self.pending[1],
+                        self.pending[2],
+                        self.pending[3],
+                        self.pending[4],
+                    ]) as usize;
+                    if flag != 1 {
+                        self.state = State::Passing(length);
+                        return Some(Ok(self.pending.split_to(HEADER).freeze()));
+                    }
+                    if length > self.limit {
+                        self.state = State::Done;
+                        return Some(Err(Status::resource_exhausted(format!(
+                            "Received message larger than max ({length} vs. {})",
+                            self.limit
+                        ))));
+                    }
+                    if self.pending.len() < HEADER + length {
+                        return None;
+                    }
+                    self.pending.advance(HEADER);
+                    self.state = State::Queued(self.pending.split_to(length).freeze());
+                    return None;
+                }
+                State::Passing(0) => self.state = State::Header,
+                State::Passing(left) if !self.pending.is_empty() => {
+                    let take = (*left).min(self.pending.len());
+                    *left -= take;
+                    return Some(Ok(self.pending.split_to(take).freeze()));
+                }
+                State::Inflating(decoder, out) => {
+                    return match inflate_step(decoder, out, self.limit) {
+                        Err(status) => {
+                            self.state = State::Done;
+                            self.permit = None;
+                            Some(Err(status))
+                        }
+                        Ok(false) => None, // more to inflate: the caller yields first
+                        Ok(true) => {
+                            let mut message = std::mem::take(out);
+                            self.state = State::Header;
+                            self.permit = None;
+                            // the plain message's header: flag 0 and the inflated length (<= u32::MAX)
+                            let length = (message.len() - HEADER) as u32;
+                            message[1..HEADER].copy_from_slice(&length.to_be_bytes());
+                            Some(Ok(message.freeze()))
+                        }
+                    };
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The body ended with these bytes left over: a message cut short.
+    fn cut_short(&mut self) -> Option<Result<Bytes, Status>> {
+        self.state = State::Done;
+        if self.pending.is_empty() {
+            return None;
+        }
+        if self.pending[0] == 1 {
+            // tonic would read the header as a compressed flag without an encoding (the header is gone)
+            return Some(Err(Status::internal("Unexpected EOF decoding stream.")));
+        }
+        Some(Ok(self.pending.split().freeze())) // tonic reports it, as it does any
+    }
+}
+
+type Polled = Poll<Option<Result<Frame<Bytes>, Status>>>;
+
+/// Inflates up to [`STEP`] more bytes into `out` (after the [`HEADER`] bytes kept at its start for the plain
+/// message's header): `Ok(true)` when the message has ended.
+fn inflate_step(
+    decoder: &mut Box<dyn Read + Send>,
+    out: &mut BytesMut,
+    limit: usize,
+) -> Result<bool, Status> {
+    let ceiling = HEADER + limit.min(u32::MAX as usize);
+    let mut produced = 0;
+    while produced < STEP {
+        let start = out.len();
+        // room for one byte past the ceiling, so that passing it shows
+        let room = (STEP - produced).min(ceiling + 1 - start);
+        out.resize(start + room, 0);
+        let read = decoder.read(&mut out[start..]);
+        let n = match read {
+            Ok(n) => n,
+            Err(err) => return Err(Status::internal(format!("Error decompressing: {err}"))),
+        };
+        out.truncate(start + n);
+        if out.len() > ceiling {
+            return Err(Status::resource_exhausted(
+                "Decompressed message larger than max",
+            ));
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+        produced += n;
+    }
+    Ok(false)
+}
+
+impl<B> Body for Inflating<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        let this = self.get_mut();
+        loop {
+            if let Some(yielding) = this.yielding.as_mut() {
+                if yielding.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.yielding = None;
+            }
+            if matches!(this.state, State::Done) {
+                return Poll::Ready(None);
+            }
+            if let Some(outcome) = this.step() {
+                return Poll::Ready(Some(outcome.map(Frame::data)));
+            }
+            if let State::Queued(message) = &mut this.state {
+                let gate = this.gate.clone();
+                let acquiring = this
+                    .acquiring
+                    .get_or_insert_with(|| Box::pin(gate.acquire_owned()));
+                let Poll::Ready(acquired) = acquiring.as_mut().poll(cx) else {
+                    return Poll::Pending;
+                };
+                this.acquiring = None;
+                let Ok(permit) = acquired else {
+                    this.state = State::Done; // the gate is never closed
+                    return Poll::Ready(Some(Err(Status::internal("the core is stopping"))));
+                };
+                this.permit = Some(permit);
+                let decoder = this.encoding.decoder(std::mem::take(message));
+                this.state = State::Inflating(decoder, BytesMut::zeroed(HEADER));
+                continue;
+            }
+            if matches!(this.state, State::Inflating(..)) {
+                // a step inflated STEP bytes: let the core's other tasks run before the next
+                this.yielding = Some(Box::pin(tokio::task::yield_now()));
+                continue;
+            }
+            if this.inner_ended {
+                return Poll::Ready(this.cut_short().map(|outcome| outcome.map(Frame::data)));
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.inner_ended = true,
+                Poll::Ready(Some(Err(err))) => {
+                    this.state = State::Done;
+                    return Poll::Ready(Some(Err(Status::from_error(err.into()))));
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => this.pending.extend_from_slice(&data),
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::write::{GzEncoder, ZlibEncoder};
+    use flate2::Compression;
+    use http_body_util::BodyExt;
+    use std::convert::Infallible;
+    use std::io::Write;
+
+    fn frame(flag: u8, message: &[u8]) -> Vec<u8> {
+        let mut out = vec![flag];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn zlib(data: &[u8]) -> Vec<u8> {
+        let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    /// A request body that arrives in these chunks.
+    struct Chunked(Vec<Bytes>);
+
+    impl Body for Chunked {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready((!self.0.is_empty()).then(|| Ok(Frame::data(self.0.remove(0)))))
+        }
+    }
+
+    fn chunked(wire: &[u8], chunk: usize) -> Chunked {
+        Chunked(wire.chunks(chunk).map(Bytes::copy_from_slice).collect())
+    }
+
+    async fn read_all(body: Inflating<Chunked>) -> Result<Vec<u8>, Status> {
+        Ok(body.collect().await?.to_bytes().to_vec())
+    }
+
+    fn run<T>(future: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn compressed_messages_come_out_plain_and_plain_ones_untouched() {
+        let first = b"the first message".repeat(50);
+        let second = b"a plain one".to_vec();
+        let third = vec![7u8; 3000];
+        for (encoding, compress) in [
+            (Encoding::Gzip, gzip as fn(&[u8]) -> Vec<u8>),
+            (Encoding::Deflate, zlib),
+        ] {
+            let mut wire = frame(1, &compress(&first));
+            wire.extend(frame(0, &second));
+            wire.extend(frame(1, &compress(&third)));
+            let mut expected = frame(0, &first);
+            expected.extend(frame(0, &second));
+            expected.extend(frame(0, &third));
+            for chunk in [1, 3, 7, 64, wire.len()] {
+                let body = Inflating::new(chunked(&wire, chunk), encoding, 1 << 20, gate());
+                assert_eq!(
+                    run(read_all(body)).unwrap(),
+                    expected,
+                    "{encoding:?}, chunks of {chunk}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn inflating_past_the_limit_is_refused_as_grpcio_says() {
+        let wire = frame(1, &gzip(&vec![0u8; 5 * STEP]));
+        let status = run(read_all(Inflating::new(
+            chunked(&wire, 4096),
+            Encoding::Gzip,
+            3 * STEP,
+            gate(),
+        )))
+        .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(status.message(), "Decompressed message larger than max");
+        let exact = frame(1, &gzip(&vec![0u8; 3 * STEP]));
+        let plain = run(read_all(Inflating::new(
+            chunked(&exact, 4096),
+            Encoding::Gzip,
+            3 * STEP,
+            gate(),
+        )))
+        .unwrap();
+        assert_eq!(
+            plain.len(),
+            HEADER + 3 * STEP,
+            "a message of exactly the limit passes"
+        );
+    }
+
+    #[test]
+    fn a_compressed_message_over_the_limit_as_sent_is_refused_before_it_is_read() {
+        let mut wire = vec![1u8];
+        wire.extend_from_slice(&(1u32 << 30).to_be_bytes()); // no bytes follow: refused on the header alone
+        let status = run(read_all(Inflating::new(
+            chunked(&wire, 5),
+            Encoding::Deflate,
+            1 << 20,
+            gate(),
+        )))
+        .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "Received message larger than max (1073741824 vs. 1048576)"
+        );
+    }
+
+    #[test]
+    fn bytes_that_do_not_inflate_are_internal() {
+        let good = gzip(b"some message");
+        for (encoding, message) in [
+            (Encoding::Gzip, b"\x00not gzip at all".to_vec()),
+            (Encoding::Deflate, b"\x00not zlib at all".to_vec()),
+            (Encoding::Gzip, good[..good.len() / 2].to_vec()),
+        ] {
+            let wire = frame(1, &message);
+            let status = run(read_all(Inflating::new(
+                chunked(&wire, 3),
+                encoding,
+                1 << 20,
+                gate(),
+            )))
+            .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Internal);
+            assert!(
+                status.message().starts_with("Error decompressing: "),
+                "{}",
+                status.message()
+            );
+        }
+    }
+
+    #[test]
+    fn a_cut_short_message_goes_on_to_tonic_as_it_came() {
+        let wire = frame(1, &gzip(b"abc"));
+        let cut = &wire[..wire.len() - 2];
+        let status = run(read_all(Inflating::new(
+            chunked(cut, 2),
+            Encoding::Gzip,
+            1 << 20,
+            gate(),
+        )))
+        .unwrap_err();
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::Internal, "Unexpected EOF decoding stream.")
+        );
+        let plain = frame(0, b"abcdef");
+        let cut = &plain[..8];
+        assert_eq!(
+            run(read_all(Inflating::new(
+                chunked(cut, 3),
+                Encoding::Gzip,
+                1 << 20,
+                gate()
+            )))
+            .unwrap(),
+            cut
+        );
+    }
+
+    #[test]
+    fn a_large_message_inflates_in_steps_yielding_between_them() {
+        let wire = frame(1, &zlib(&vec![0u8; 6 * STEP]));
+        let mut body = Inflating::new(
+            chunked(&wire, wire.len()),
+            Encoding::Deflate,
+            8 * STEP,
+            gate(),
+        );
+        let (mut yields, mut out) = (0, Vec::new());
+        run(std::future::poll_fn(|cx| loop {
+            match Pin::new(&mut body).poll_frame(cx) {
+                Poll::Pending => {
+                    yields += 1;
+                    return Poll::Pending; // yield_now woke the task: polled again
+                }
+                Poll::Ready(Some(Ok(frame))) => out.extend_from_slice(&frame.into_data().unwrap()),
+                Poll::Ready(None) => return Poll::Ready(()),
+                Poll::Ready(Some(Err(status))) => panic!("{status}"),
+            }
+        }));
+        assert_eq!(out.len(), HEADER + 6 * STEP);
+        assert!(
+            yields >= 5,
+            "a yield per step of {STEP} bytes, {yields} seen"
+        );
+    }
+
+    #[test]
+    fn one_message_inflates_at_a_time_per_gate() {
+        let shared = gate();
+        let wire = frame(1, &zlib(&vec![0u8; 4 * STEP]));
+        let mut first = Inflating::new(
+            chunked(&wire, wire.len()),
+            Encoding::Deflate,
+            8 * STEP,
+            shared.clone(),
+        );
+        let mut second = Inflating::new(
+            chunked(&wire, wire.len()),
+            Encoding::Deflate,
+            8 * STEP,
+            shared.clone(),
+        );
+        run(std::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut first).poll_frame(cx).is_pending()); // one step inflated, then a yield
+            assert!(first.permit.is_some() && shared.available_permits() == 0);
+            assert!(Pin::new(&mut second).poll_frame(cx).is_pending());
+            assert!(second.permit.is_none() && matches!(second.state, State::Queued(_)));
+            Poll::Ready(())
+        }));
+        let out = run(async {
+            let first = first.collect().await.unwrap().to_bytes();
+            // the permit went with the first message, to the one waiting for it
+            assert_eq!(shared.available_permits(), 0);
+            (first, second.collect().await.unwrap().to_bytes())
+        });
+        assert_eq!(
+            (out.0.len(), out.1.len()),
+            (HEADER + 4 * STEP, HEADER + 4 * STEP)
+        );
+        assert_eq!(shared.available_permits(), 1, "and back once both are done");
+    }
+
+    #[test]
+    fn only_our_encodings_are_inflated_here() {
+        assert_eq!(Encoding::from_header(b"gzip"), Some(Encoding::Gzip));
+        assert_eq!(Encoding::from_header(b"deflate"), Some(Encoding::Deflate));
+        for other in [&b"identity"[..], b"br", b"zstd", b"GZIP", b""] {
+            assert_eq!(Encoding::from_header(other), None);
+        }
+        let request = http::Request::builder()
+            .header(ENCODING, "gzip")
+            .body(tonic::body::Body::new(chunked(b"", 1)))
+            .unwrap();
+        assert!(inflated(request, 1 << 20, &gate())
+            .headers()
+            .get(ENCODING)
+            .is_none());
+        let request = http::Request::builder()
+            .header(ENCODING, "br")
+            .body(tonic::body::Body::new(chunked(b"", 1)))
+            .unwrap();
+        assert_eq!(
+            inflated(request, 1 << 20, &gate()).headers()[ENCODING],
+            "br"
+        );
+    }
+}
