@@ -33,6 +33,8 @@ MODES = [
     pytest.param("grpc", ["--streaming"], id="grpc-streaming"),
     pytest.param("http", [], id="http-sync"),
     pytest.param("http", ["-a"], id="http-async"),
+    pytest.param("grpc", ["--grpc-compression-algorithm", "gzip"], id="grpc-gzip"),
+    pytest.param("grpc", ["--streaming", "--grpc-compression-algorithm", "deflate"], id="grpc-streaming-deflate"),
     pytest.param("grpc", ["--shared-memory", "system"], id="grpc-shm-system"),
     pytest.param("http", ["--shared-memory", "system"], id="http-shm-system"),
 ]

@@ -42,15 +42,18 @@ def _grpc_outputs(module: Any = grpcclient) -> list[Any]:
     return [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
 
 
-def test_simple_grpc_infer_client(server: ServerProcess) -> None:
+@pytest.mark.parametrize("algorithm", [None, "gzip", "deflate"])
+def test_simple_grpc_infer_client(server: ServerProcess, algorithm: str | None) -> None:
+    """With the example's `-C/--grpc-compression-algorithm` unset (its default), gzip and deflate."""
     in0, in1 = simple_data()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         inputs = simple_inputs(grpcclient, in0, in1)
         result = client.infer(model_name="simple", inputs=inputs, outputs=_grpc_outputs(), client_timeout=None,
-                              headers={"test": "1"}, compression_algorithm=None)
+                              headers={"test": "1"}, compression_algorithm=algorithm)
         assert len(client.get_inference_statistics(model_name="simple").model_stats) == 1
         check_sum_and_difference(result, in0, in1)
-        check_sum_and_difference(client.infer(model_name="simple", inputs=inputs, outputs=None), in0, in1)
+        check_sum_and_difference(client.infer(model_name="simple", inputs=inputs, outputs=None,
+                                              compression_algorithm=algorithm), in0, in1)
 
 
 def _http_infer(client: httpclient.InferenceServerClient, model: str, in0: Any, in1: Any, outputs: bool) -> Any:
