@@ -56,22 +56,26 @@ def test_simple_grpc_infer_client(server: ServerProcess, algorithm: str | None) 
                                               compression_algorithm=algorithm), in0, in1)
 
 
-def _http_infer(client: httpclient.InferenceServerClient, model: str, in0: Any, in1: Any, outputs: bool) -> Any:
+def _http_infer(client: httpclient.InferenceServerClient, model: str, in0: Any, in1: Any, outputs: bool,
+                algorithm: str | None = None) -> Any:
     inputs = simple_inputs(httpclient, in0, in1, binary=(False, True))
     requested = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
                  httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)] if outputs else None
     return client.infer(model, inputs, outputs=requested, query_params={"test_1": 1, "test_2": 2}, headers=None,
-                        request_compression_algorithm=None, response_compression_algorithm=None)
+                        request_compression_algorithm=algorithm, response_compression_algorithm=algorithm)
 
 
-def test_simple_http_infer_client(server: ServerProcess) -> None:
+@pytest.mark.parametrize("algorithm", [None, "gzip", "deflate"])
+def test_simple_http_infer_client(server: ServerProcess, algorithm: str | None) -> None:
+    """With the example's --request-compression-algorithm and --response-compression-algorithm unset (their
+    default), gzip and deflate."""
     in0, in1 = simple_data(-1)
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        result = _http_infer(client, "simple", in0, in1, outputs=True)
+        result = _http_infer(client, "simple", in0, in1, outputs=True, algorithm=algorithm)
         assert len(client.get_inference_statistics(model_name="simple", headers=None)["model_stats"]) == 1
         check_sum_and_difference(result, in0, in1)
-        check_sum_and_difference(_http_infer(client, "simple", in0, in1, outputs=False), in0, in1)
+        check_sum_and_difference(_http_infer(client, "simple", in0, in1, outputs=False, algorithm=algorithm), in0, in1)
         with pytest.raises(InferenceServerException) as wrong:
             _http_infer(client, "wrong_model_name", in0, in1, outputs=True)
         assert wrong.value.message().startswith("Request for unknown model"), wrong.value
