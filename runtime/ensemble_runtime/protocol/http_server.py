@@ -18,6 +18,7 @@ from ensemble_runtime.errors import InferenceError, bounded
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.protocol import shared_memory_api, status_codes
+from ensemble_runtime.protocol._native import answer_coding
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
@@ -161,8 +162,9 @@ class _Routes:
                 content_type=codec.BINARY_CONTENT,
                 headers={codec.HEADER_LENGTH: str(header_length_out)},
             )
-        if request.headers.get("Accept-Encoding"):
-            out.enable_compression()
+        coding = answer_coding(",".join(request.headers.getall("Accept-Encoding", [])))
+        if coding is not None:  # the native core's rule: the client's preferred coding, none weighted q=0
+            out.enable_compression(force=web.ContentCoding(coding))
         return out
 
     # ---- repository ---------------------------------------------------------------------------------

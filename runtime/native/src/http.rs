@@ -15,12 +15,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_TYPE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::oneshot;
 
+use crate::http_coding::{answer_coding, compressed_body, encoded};
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
@@ -113,23 +117,6 @@ pub fn infer_target(method: &Method, path: &str, query: Option<&str>) -> Option<
         _ => return None,
     };
     plain(model).then(|| (model.to_string(), version.to_string()))
-}
-
-/// Whether the request's encodings leave it to the Python app: a compressed body (inflated there within the
-/// limit), or a client that accepts a compressed answer (any coding but `identity`).
-fn wants_encoding(headers: &HeaderMap) -> bool {
-    let coded = |name: &str| {
-        headers.get_all(name).iter().any(|value| {
-            let Ok(value) = value.to_str() else {
-                return true;
-            };
-            value.split(',').any(|item| {
-                let coding = item.split(';').next().unwrap_or("").trim();
-                !(coding.is_empty() || coding.eq_ignore_ascii_case("identity"))
-            })
-        })
-    };
-    coded("content-encoding") || coded("accept-encoding")
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
@@ -237,6 +224,13 @@ async fn infer(
 ) -> Response<Body> {
     let config = &core.config;
     let (parts, body) = request.into_parts();
+    let coding = answer_coding(
+        parts
+            .headers
+            .get_all(ACCEPT_ENCODING)
+            .iter()
+            .map(|v| v.as_bytes()),
+    );
     if let Some(restriction) = &config.restriction {
         let presented = parts
             .headers
@@ -302,11 +296,18 @@ async fn infer(
         Ok(answer) => {
             let status =
                 StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = respond(status, &answer.content_type, answer.body, false);
+            let coding = coding.filter(|_| status == StatusCode::OK); // as Triton: answers, not errors
+            let body = match coding {
+                Some(coding) => encoded(coding, answer.body).await,
+                None => answer.body,
+            };
+            let mut response = respond(status, &answer.content_type, body, false);
+            let headers = response.headers_mut();
             if let Some(length) = answer.header_length {
-                response
-                    .headers_mut()
-                    .insert(HEADER_LENGTH, HeaderValue::from(length));
+                headers.insert(HEADER_LENGTH, HeaderValue::from(length));
+            }
+            if let Some(coding) = coding {
+                headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding.name()));
             }
             response
         }
@@ -347,7 +348,7 @@ async fn handle(
     let uri = request.uri();
     let target = infer_target(request.method(), uri.path(), uri.query());
     Ok(match target {
-        Some((model, version)) if !wants_encoding(request.headers()) => {
+        Some((model, version)) if !compressed_body(request.headers()) => {
             infer(&core, model, version, request).await
         }
         _ => forward(&core.config, request).await,
@@ -440,31 +441,6 @@ mod tests {
         assert_eq!(infer_target(&post, "/v2/models/a/infer/", None), None);
         assert_eq!(infer_target(&post, "/v2/models/a/ready", None), None);
         assert_eq!(infer_target(&post, "/v2/models/{a}/infer", None), None);
-    }
-
-    #[test]
-    fn encodings_go_to_the_python_app() {
-        let mut headers = HeaderMap::new();
-        assert!(!wants_encoding(&headers));
-        headers.insert("content-encoding", HeaderValue::from_static("identity"));
-        assert!(!wants_encoding(&headers));
-        headers.insert("accept-encoding", HeaderValue::from_static(""));
-        assert!(!wants_encoding(&headers));
-        headers.insert(
-            "accept-encoding",
-            HeaderValue::from_static("identity;q=1, identity"),
-        );
-        assert!(!wants_encoding(&headers));
-        headers.insert(
-            "accept-encoding",
-            HeaderValue::from_static("identity, gzip;q=0.5"),
-        );
-        assert!(wants_encoding(&headers));
-        headers.insert("accept-encoding", HeaderValue::from_static("gzip"));
-        assert!(wants_encoding(&headers));
-        headers.remove("accept-encoding");
-        headers.insert("content-encoding", HeaderValue::from_static("gzip"));
-        assert!(wants_encoding(&headers));
     }
 
     #[test]

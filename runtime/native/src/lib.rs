@@ -5,6 +5,7 @@
 
 pub mod grpc_plain;
 pub mod http;
+pub mod http_coding;
 pub mod http_infer;
 pub mod http_reply;
 pub mod idle_policy;
@@ -40,6 +41,7 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add_class::<py_http::BinaryInfer>()?;
     module.add_function(pyo3::wrap_pyfunction!(py_http::binary_infer, module)?)?;
     module.add_function(pyo3::wrap_pyfunction!(py_http::binary_reply_head, module)?)?;
+    module.add_function(pyo3::wrap_pyfunction!(py_http::answer_coding, module)?)?;
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_stream::StreamWritable>()?;

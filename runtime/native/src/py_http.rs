@@ -375,3 +375,10 @@ pub fn binary_reply_head<'py>(
     let head = head_of(model_name, model_version, id, parameters, sized)?;
     Some(PyBytes::new(py, reply_head(&head).as_bytes()))
 }
+
+/// The coding (`"gzip"` or `"deflate"`) for an infer answer to a request with this `Accept-Encoding`, or None:
+/// the core's rule (`http_coding::answer_coding`), for the Python app's answers too.
+#[pyfunction]
+pub fn answer_coding(accept_encoding: &str) -> Option<&'static str> {
+    crate::http_coding::answer_coding([accept_encoding.as_bytes()]).map(|coding| coding.name())
+}

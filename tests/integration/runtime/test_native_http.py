@@ -16,6 +16,7 @@ import socket
 import stat
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -155,13 +156,46 @@ def test_infer_paths_the_core_leaves_alone_still_infer(servers: dict[str, Runtim
     assert answer[0] == 200 and not _answered_by_core(answer), answer
 
 
-def test_compressed_request_and_answer_go_through_the_app(servers: dict[str, RuntimeProcess]) -> None:
+def test_compressed_request_goes_through_the_app(servers: dict[str, RuntimeProcess]) -> None:
     body, headers = _infer_body(True)
     headers.update({"Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
-    status, reply_headers, answer = _call(servers["native"], "POST", "/v2/models/add_sub/infer", gzip.compress(body),
-                                          headers)
-    assert status == 200 and reply_headers.get("content-encoding") == "gzip", answer
-    assert json.loads(gzip.decompress(answer))["outputs"][0]["data"][1] == 1.5
+    answer = _call(servers["native"], "POST", "/v2/models/add_sub/infer", gzip.compress(body), headers)
+    status, reply_headers, reply = answer
+    assert status == 200 and reply_headers.get("content-encoding") == "gzip", reply
+    assert json.loads(gzip.decompress(reply))["outputs"][0]["data"][1] == 1.5
+    assert not _answered_by_core(answer)
+
+
+def _inflate(coding: str | None, body: bytes) -> bytes:
+    if coding == "gzip":
+        return gzip.decompress(body)
+    return zlib.decompress(body) if coding == "deflate" else body
+
+
+# (Accept-Encoding, the coding of the answer): as Triton answers them (checked against the peer in
+# tests/integration/triton_examples/test_infer.py::test_infer_answer_codings)
+ACCEPTED = [("gzip, deflate", "gzip"), ("deflate, gzip", "deflate"), ("br, deflate;q=0.5", "deflate"),
+            ("gzip;q=0.4, deflate;q=0.6", "deflate"), ("gzip;q=0", None), ("*", None), ("identity", None), ("br", None)]
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+@pytest.mark.parametrize(("accept", "coding"), ACCEPTED)
+def test_compressed_answers_by_the_core_as_the_app_gives_them(servers: dict[str, RuntimeProcess], binary: bool,
+                                                              accept: str, coding: str | None) -> None:
+    """Most clients send Accept-Encoding unasked (python-requests, httpx, Go): the core compresses the answer
+    itself, with the coding the client prefers, and the request keeps the fast path. Errors are not compressed."""
+    body, headers = _infer_body(binary, outputs_binary=binary)
+    headers["Accept-Encoding"] = accept
+    answers = {name: _call(proc, "POST", "/v2/models/add_sub/infer", body, headers) for name, proc in servers.items()}
+    native, aiohttp = answers["native"], answers["aiohttp"]
+    assert _answered_by_core(native) and not _answered_by_core(aiohttp)
+    for status, reply_headers, _ in answers.values():
+        assert status == 200 and reply_headers.get("content-encoding") == coding, reply_headers
+    assert _inflate(coding, native[2]) == _inflate(coding, aiohttp[2])
+    assert native[1].get("inference-header-content-length") == aiohttp[1].get("inference-header-content-length")
+    headers["Accept-Encoding"] = accept
+    refused = _call(servers["native"], "POST", "/v2/models/no_such_model/infer", body, headers)
+    assert refused[0] == 404 and "content-encoding" not in refused[1] and json.loads(refused[2])["error"]
 
 
 def test_restricted_inference_needs_its_header(servers: dict[str, RuntimeProcess]) -> None:

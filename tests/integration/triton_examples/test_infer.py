@@ -10,7 +10,11 @@ memory_growth_test.
 from __future__ import annotations
 
 import asyncio
+import gzip
+import http.client
+import json
 import queue
+import zlib
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -81,6 +85,34 @@ def test_simple_http_infer_client(server: ServerProcess, algorithm: str | None) 
         assert wrong.value.message().startswith("Request for unknown model"), wrong.value
     finally:
         client.close()
+
+
+# (Accept-Encoding, the coding of the answer), as Triton answers them: the client's preferred coding of gzip
+# and deflate, none for a coding weighted q=0, for `*` or for codings neither server speaks
+ANSWER_CODINGS = [("gzip, deflate", "gzip"), ("deflate, gzip", "deflate"), ("br, deflate;q=0.5", "deflate"),
+                  ("gzip;q=0.4, deflate;q=0.6", "deflate"), ("gzip;q=0", None), ("*", None), ("identity", None),
+                  ("br", None)]
+
+
+@pytest.mark.parametrize(("accept", "coding"), ANSWER_CODINGS)
+def test_infer_answer_codings(server: ServerProcess, accept: str, coding: str | None) -> None:
+    """What python-requests, httpx and Go send unasked: the answer's coding, and the answer within it."""
+    in0, in1 = simple_data()
+    body = json.dumps({"inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16], "data": data.tolist()}
+                                  for name, data in (("INPUT0", in0), ("INPUT1", in1))]}).encode()
+    host, port = server.http_url.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("POST", "/v2/models/simple/infer", body=body,
+                     headers={"Accept-Encoding": accept, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200 and response.getheader("Content-Encoding") == coding, response.getheaders()
+    plain = {"gzip": gzip.decompress, "deflate": zlib.decompress}.get(coding or "", lambda b: b)(answer)
+    outputs = {o["name"]: o["data"] for o in json.loads(plain)["outputs"]}
+    assert outputs["OUTPUT0"] == (in0 + in1).reshape(-1).tolist()
 
 
 def test_simple_grpc_async_infer_client(server: ServerProcess) -> None:
