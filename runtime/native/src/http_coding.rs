@@ -5,31 +5,14 @@
 //! sending the request to the Python app. As Triton does: gzip or deflate (the zlib format), the coding the
 //! client prefers, an infer answer only; nothing for `identity`, `*` or a coding weighted `q=0`.
 
-use std::io::Write;
-
 use bytes::Bytes;
-use flate2::write::{GzEncoder, ZlibEncoder};
-use flate2::Compression;
 use hyper::header::HeaderMap;
+
+pub use crate::codings::Coding;
 
 /// Answers up to this size are compressed on the core's thread; larger ones on tokio's blocking pool, so that
 /// compressing a large answer does not hold the core's other connections.
 const INLINE_BYTES: usize = 1024 * 1024;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Coding {
-    Gzip,
-    Deflate,
-}
-
-impl Coding {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Gzip => "gzip",
-            Self::Deflate => "deflate",
-        }
-    }
-}
 
 /// The coding for an answer to a request with these `Accept-Encoding` values: the one of ours with the highest
 /// weight above 0, the first listed among equals; None when none is acceptable (or the header is absent).
@@ -102,28 +85,12 @@ pub fn compressed_body(headers: &HeaderMap) -> bool {
 /// `body` compressed with `coding`, off the core's thread when it is large.
 pub async fn encoded(coding: Coding, body: Bytes) -> Bytes {
     if body.len() <= INLINE_BYTES {
-        return compress(coding, &body);
+        return coding.compress(&body);
     }
-    match tokio::task::spawn_blocking(move || compress(coding, &body)).await {
+    match tokio::task::spawn_blocking(move || coding.compress(&body)).await {
         Ok(compressed) => compressed,
         Err(err) => std::panic::resume_unwind(err.into_panic()),
     }
-}
-
-/// `body` compressed with `coding` at zlib's default level.
-pub fn compress(coding: Coding, body: &[u8]) -> Bytes {
-    let out = Vec::with_capacity(body.len() / 2 + 64);
-    let written = match coding {
-        Coding::Gzip => {
-            let mut encoder = GzEncoder::new(out, Compression::default());
-            encoder.write_all(body).and_then(|()| encoder.finish())
-        }
-        Coding::Deflate => {
-            let mut encoder = ZlibEncoder::new(out, Compression::default());
-            encoder.write_all(body).and_then(|()| encoder.finish())
-        }
-    };
-    Bytes::from(written.expect("writing to a Vec does not fail"))
 }
 
 #[cfg(test)]
@@ -212,15 +179,15 @@ mod tests {
         let body =
             br#"{"model_name":"m","outputs":[{"name":"Y","data":[1.0,2.0,3.0]}]}"#.repeat(20);
         let mut out = Vec::new();
-        GzDecoder::new(&compress(Coding::Gzip, &body)[..])
+        GzDecoder::new(&Coding::Gzip.compress(&body)[..])
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, body);
         out.clear();
-        ZlibDecoder::new(&compress(Coding::Deflate, &body)[..])
+        ZlibDecoder::new(&Coding::Deflate.compress(&body)[..])
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, body);
-        assert!(compress(Coding::Gzip, &body).len() < body.len() / 4);
+        assert!(Coding::Gzip.compress(&body).len() < body.len() / 4);
     }
 }

@@ -12,13 +12,13 @@
 //! messages pass through untouched, as they arrive, for tonic to check as it does any message.
 
 use std::future::Future;
-use std::io::{Cursor, Read};
+use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::codings::Coding;
 use bytes::{Buf, Bytes, BytesMut};
-use flate2::bufread::{GzDecoder, ZlibDecoder};
 use hyper::body::{Body, Frame};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::http;
@@ -36,27 +36,12 @@ pub const STEP: usize = 1024 * 1024;
 const HEADER: usize = 5; // the compressed flag and the length, big-endian
 const ENCODING: &str = "grpc-encoding";
 
-/// The compressions a client may send (gRPC's names: `deflate` is the zlib format).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    Gzip,
-    Deflate,
-}
-
-impl Encoding {
-    pub fn from_header(value: &[u8]) -> Option<Self> {
-        match value {
-            b"gzip" => Some(Self::Gzip),
-            b"deflate" => Some(Self::Deflate),
-            _ => None,
-        }
-    }
-
-    fn decoder(self, message: Bytes) -> Box<dyn Read + Send> {
-        match self {
-            Self::Gzip => Box::new(GzDecoder::new(Cursor::new(message))),
-            Self::Deflate => Box::new(ZlibDecoder::new(Cursor::new(message))),
-        }
+/// The coding a `grpc-encoding` value names, of ours (gRPC's names, exactly).
+pub fn grpc_encoding(value: &[u8]) -> Option<Coding> {
+    match value {
+        b"gzip" => Some(Coding::Gzip),
+        b"deflate" => Some(Coding::Deflate),
+        _ => None,
     }
 }
 
@@ -71,7 +56,7 @@ pub fn inflated(
     let Some(encoding) = request
         .headers()
         .get(ENCODING)
-        .and_then(|value| Encoding::from_header(value.as_bytes()))
+        .and_then(|value| grpc_encoding(value.as_bytes()))
     else {
         return request;
     };
@@ -97,7 +82,7 @@ enum State {
 pub struct Inflating<B> {
     inner: B,
     inner_ended: bool,
-    encoding: Encoding,
+    encoding: Coding,
     limit: usize,
     pending: BytesMut,
     state: State,
@@ -110,7 +95,7 @@ pub struct Inflating<B> {
 type Acquired = Result<OwnedSemaphorePermit, AcquireError>;
 
 impl<B> Inflating<B> {
-    pub fn new(inner: B, encoding: Encoding, limit: usize, gate: Gate) -> Self {
+    pub fn new(inner: B, encoding: Coding, limit: usize, gate: Gate) -> Self {
         Self {
             inner,
             inner_ended: false,
