@@ -148,12 +148,14 @@ class Server:
             self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
                                                  s.grpc_max_message_bytes, s.grpc_restrictions(),
                                                  threads=s.grpc_native_threads,
-                                                 stream_limit=s.grpc_stream_max_in_flight)
+                                                 stream_limit=s.grpc_stream_max_in_flight,
+                                                 connections=s.grpc_connections())
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
                                            s.grpc_max_message_bytes, s.grpc_restrictions(),
-                                           stream_limit=s.grpc_stream_max_in_flight)
+                                           stream_limit=s.grpc_stream_max_in_flight,
+                                           connections=s.grpc_connections())
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import enum
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
 
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
 from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
@@ -29,6 +30,14 @@ class GrpcFrontend(enum.Enum):
 class HttpFrontend(enum.Enum):
     AIOHTTP = "aiohttp"  # aiohttp's server for every route
     NATIVE = "native"  # the Rust core serves the infer endpoint and forwards the rest to the aiohttp app
+
+
+class GrpcConnections(BaseModel, frozen=True):
+    """How the gRPC port treats its connections (both front ends)."""
+
+    handshake_secs: PositiveFloat = 120.0  # grpc core's server handshake timeout, Triton's too
+    keepalive_time_ms: PositiveInt = 7_200_000  # Triton's --grpc-keepalive-time default
+    keepalive_timeout_ms: PositiveInt = 20_000  # Triton's --grpc-keepalive-timeout default
 
 
 class RuntimeSettings(BaseModel):
@@ -52,6 +61,9 @@ class RuntimeSettings(BaseModel):
     grpc_stream_max_in_flight: int = 64
     grpc_frontend: GrpcFrontend = GrpcFrontend.NATIVE
     grpc_native_threads: int = 1
+    grpc_handshake_timeout_secs: PositiveFloat = GrpcConnections().handshake_secs
+    grpc_keepalive_time: PositiveInt = GrpcConnections().keepalive_time_ms
+    grpc_keepalive_timeout: PositiveInt = GrpcConnections().keepalive_timeout_ms
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -80,6 +92,11 @@ class RuntimeSettings(BaseModel):
 
     def http_restrictions(self) -> Restrictions:
         return parse_restrictions(self.http_restricted_api, grpc=False)
+
+    def grpc_connections(self) -> GrpcConnections:
+        return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
+                               keepalive_time_ms=self.grpc_keepalive_time,
+                               keepalive_timeout_ms=self.grpc_keepalive_timeout)
 
 
 def _bool(text: str) -> bool:
@@ -128,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "server")
     p.add_argument("--grpc-native-threads", type=int,
                    help="threads of the native gRPC core (--grpc-frontend=native)")
+    p.add_argument("--grpc-handshake-timeout-secs", type=_positive(float),
+                   help="a gRPC connection that has not opened HTTP/2 (the preface and its SETTINGS) this long after "
+                        "it was accepted is closed (grpc core's server handshake timeout; Triton's: 120)")
+    p.add_argument("--grpc-keepalive-time", type=_positive(int), metavar="MS",
+                   help="milliseconds without a frame from the client after which the server sends a keepalive PING "
+                        "(Triton's flag and default, 7200000; idle connections are pinged too)")
+    p.add_argument("--grpc-keepalive-timeout", type=_positive(int), metavar="MS",
+                   help="milliseconds the server waits for a keepalive PING's acknowledgement before closing the "
+                        "connection (Triton's flag and default, 20000)")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "
@@ -194,6 +220,19 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got '{text[:32]}'")
     return value
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} above 0, got '{text[:32]}'")
+        return value
+
+    return parse
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:

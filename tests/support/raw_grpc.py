@@ -4,8 +4,10 @@ protocol state machine; the socket is ours). Returns the call's status as the se
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -31,16 +33,51 @@ def frame(message: bytes, compressed: bool = False) -> bytes:
 def call(address: str, method: str, frames: Sequence[bytes], headers: Sequence[tuple[str, str]] = (),
          timeout: float = 30.0) -> RawAnswer:
     """POST `frames` (already framed, see `frame`) to `method` on `address` (host:port) and read the answer."""
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        stream = conn.get_next_available_stream_id()
-        conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
-                                   (":authority", address), ("content-type", "application/grpc"), ("te", "trailers"),
-                                   *headers])
-        _send_body(sock, conn, stream, b"".join(frames))
-        return _answer(sock, conn, stream)
+    with RawConnection(address, timeout) as connection:
+        return connection.call(method, frames, headers)
+
+
+class RawConnection:
+    """One HTTP/2 connection to `address`, opened (preface and SETTINGS sent) on entering; calls one at a time."""
+
+    def __init__(self, address: str, timeout: float = 30.0) -> None:
+        self.address = address
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+
+    def __enter__(self) -> RawConnection:
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.sock.close()
+
+    def call(self, method: str, frames: Sequence[bytes], headers: Sequence[tuple[str, str]] = ()) -> RawAnswer:
+        stream = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
+                                        (":authority", self.address), ("content-type", "application/grpc"),
+                                        ("te", "trailers"), *headers])
+        _send_body(self.sock, self.conn, stream, b"".join(frames))
+        return _answer(self.sock, self.conn, stream)
+
+    def idle(self, seconds: float) -> int:
+        """Reads for `seconds` without calling, acknowledging what the server sends (h2 answers PINGs); returns
+        the PINGs acknowledged. ConnectionError if the server closes the connection meanwhile."""
+        pings = 0
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                break
+            received = self.sock.recv(65536)
+            if not received:
+                raise ConnectionError(f"the server closed the connection after {pings} PINGs")
+            events = self.conn.receive_data(received)
+            pings += sum(isinstance(e, h2.events.PingReceived) for e in events)
+            self.sock.sendall(self.conn.data_to_send())
+        return pings
 
 
 def _send_body(sock: socket.socket, conn: h2.connection.H2Connection, stream: int, body: bytes) -> None:

@@ -25,6 +25,7 @@ from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
+from ensemble_runtime.settings import GrpcConnections
 from ensemble_runtime.shared_memory import output_refs
 
 log = logging.getLogger(__name__)
@@ -207,14 +208,22 @@ class Health:
 def build_grpc_server(
     dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
     restrictions: Restrictions | None = None, stream_limit: int = DEFAULT_STREAM_LIMIT,
+    connections: GrpcConnections | None = None,
 ) -> grpc.aio.Server:
-    """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default."""
+    """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default.
+    `connections`: as the native core treats them (idle connections are pinged too); Triton's defaults if None."""
+    connections = connections or GrpcConnections()
     server = grpc.aio.server(
         interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.server_handshake_timeout_ms", round(connections.handshake_secs * 1000)),
+            ("grpc.keepalive_time_ms", connections.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", connections.keepalive_timeout_ms),
+            ("grpc.http2.ping_timeout_ms", connections.keepalive_timeout_ms),  # grpcio 1.85 waits on this one
+            ("grpc.keepalive_permit_without_calls", 1),
         ]
     )
     servicer = InferenceServicer(dataplane, repository, stream_limit)

@@ -26,6 +26,7 @@ from ensemble_runtime.protocol.native_stream import (
 from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
+from ensemble_runtime.settings import GrpcConnections
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
@@ -45,14 +46,19 @@ class NativeGrpcServer:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, stream_limit: int = DEFAULT_STREAM_LIMIT,
+        connections: GrpcConnections | None = None,
     ) -> None:
+        connections = connections or GrpcConnections()  # None: Triton's defaults
         self._dp = dataplane
         self._stream_limit = stream_limit
         self._streams: dict[int, tuple[Inbound[Any], Outlet]] = {}
         self._health = health
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
-        self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads)
+        self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads,
+                              handshake_timeout=connections.handshake_secs,
+                              keepalive_time=connections.keepalive_time_ms / 1000,
+                              keepalive_timeout=connections.keepalive_timeout_ms / 1000)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -5,6 +5,7 @@
 
 pub mod codings;
 pub mod grpc_plain;
+pub mod handshake;
 pub mod http;
 pub mod http_coding;
 pub mod http_infer;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
+use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
@@ -22,18 +24,39 @@ use crate::service::{serve, Core, Reply, Work, MODEL_INFER};
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
     core: Arc<Core>,
+    limits: ConnectionLimits,
     serving: Serving<Result<(), tonic::transport::Error>>,
 }
 
 #[pymethods]
 impl GrpcCore {
-    /// `restricted`: (method path, header, value, refusal message) per restricted method.
+    /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
+    /// `keepalive_time` and `keepalive_timeout` in seconds (see `handshake::ConnectionLimits`).
     #[new]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, handshake_timeout=120.0, keepalive_time=7200.0, keepalive_timeout=20.0))]
     fn new(
         max_message_bytes: usize,
         restricted: Vec<(String, String, String, String)>,
         threads: usize,
+        handshake_timeout: f64,
+        keepalive_time: f64,
+        keepalive_timeout: f64,
     ) -> PyResult<Self> {
+        let seconds = |name: &str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{name} must be a positive number of seconds, not {value}"
+                    ))
+                })
+        };
+        let limits = ConnectionLimits {
+            handshake: seconds("handshake_timeout", handshake_timeout)?,
+            keepalive_time: seconds("keepalive_time", keepalive_time)?,
+            keepalive_timeout: seconds("keepalive_timeout", keepalive_timeout)?,
+        };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()
             .map(|(path, header, value, refusal)| {
@@ -50,6 +73,7 @@ impl GrpcCore {
         let core = Core::new(Restrictions::new(rules), max_message_bytes)?;
         Ok(Self {
             core: Arc::new(core),
+            limits,
             serving: Serving::new("grpc-core", "gRPC core", threads),
         })
     }
@@ -63,9 +87,10 @@ impl GrpcCore {
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
         let core = self.core.clone();
         let in_flight = core.in_flight.clone();
+        let limits = self.limits;
         self.serving
             .start(py, address, port, in_flight, move |runtime, listener| {
-                serve(runtime, core, listener)
+                serve(runtime, core, listener, limits)
             })
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes};
 use prost::Message;
 use tokio::sync::oneshot;
+use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
@@ -18,6 +19,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Response, Status};
 
+use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
@@ -294,18 +296,23 @@ named_service!(HealthService, HEALTH);
 /// The gRPC server task.
 pub type GrpcRunning = Running<Result<(), tonic::transport::Error>>;
 
-/// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`.
+/// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`, its
+/// connections within `limits`.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<Core>,
     listener: TcpListener,
+    limits: ConnectionLimits,
 ) -> std::io::Result<GrpcRunning> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
-    let incoming =
-        TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?).with_nodelay(Some(true));
+    let incoming = TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?)
+        .with_nodelay(Some(true))
+        .map(move |accepted| accepted.map(|tcp| Deadlined::new(tcp, limits.handshake)));
     let (shutdown, signal) = oneshot::channel::<()>();
     let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(limits.keepalive_time))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .add_service(InferenceService(core.clone()))
         .add_service(HealthService(core));
     let done = runtime.spawn(router.serve_with_incoming_shutdown(incoming, async {

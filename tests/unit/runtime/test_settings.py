@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings, parse_settings
+from ensemble_runtime.settings import (
+    ControlMode,
+    GrpcConnections,
+    GrpcFrontend,
+    HttpFrontend,
+    RuntimeSettings,
+    parse_settings,
+)
 
 
 def test_no_flags_gives_the_models_defaults() -> None:
@@ -47,3 +54,25 @@ def test_bad_flags_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             parse_settings(argv)
     assert "--http-restricted-api" in capsys.readouterr().err
+
+
+def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
+    # tritonserver's --grpc-keepalive-time and --grpc-keepalive-timeout (milliseconds); the handshake timeout is
+    # grpc core's fixed one, ours to set
+    defaults = RuntimeSettings().grpc_connections()
+    assert defaults == GrpcConnections(handshake_secs=120.0, keepalive_time_ms=7_200_000, keepalive_timeout_ms=20_000)
+    settings = parse_settings(["--grpc-keepalive-time=1500", "--grpc-keepalive-timeout=250",
+                               "--grpc-handshake-timeout-secs=2.5"])
+    assert settings.grpc_connections() == GrpcConnections(handshake_secs=2.5, keepalive_time_ms=1500,
+                                                          keepalive_timeout_ms=250)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--grpc-keepalive-time=0"], ["--grpc-keepalive-time=-5"], ["--grpc-keepalive-time=1.5"],
+    ["--grpc-keepalive-timeout=abc"], ["--grpc-handshake-timeout-secs=0"], ["--grpc-handshake-timeout-secs=nan"],
+    ["--grpc-handshake-timeout-secs=inf"], ["--grpc-handshake-timeout-secs=-1"],
+])  # fmt: skip
+def test_grpc_connection_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings(argv)
+    assert argv[0].split("=")[0] in capsys.readouterr().err

@@ -1,0 +1,149 @@
+//! The gRPC port's connection limits: a connection must open HTTP/2 (the client's connection preface and its first
+//! SETTINGS frame) within a deadline, as grpc core's server handshake timeout asks of it (Triton's: 120 s), or it
+//! is closed; and, through hyper, a connection that stops answering keepalive PINGs is closed (Triton's
+//! `--grpc-keepalive-time` and `--grpc-keepalive-timeout`).
+//!
+//! Without the deadline, a peer that connects and sends nothing (or a few bytes, slowly) holds a descriptor and a
+//! connection's buffers for as long as it likes: hyper waits for the preface without a timer.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+use tonic::transport::server::Connected;
+
+/// The client's connection preface (RFC 9113 3.4), then the 9-byte header of its first frame (SETTINGS).
+const PREFACE: usize = 24;
+const HEAD: usize = PREFACE + 9;
+
+/// How the gRPC port treats its connections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnectionLimits {
+    /// From accept to the end of the client's first SETTINGS frame.
+    pub handshake: Duration,
+    /// A PING is sent after this long without a frame from the client (idle connections included).
+    pub keepalive_time: Duration,
+    /// A PING not acknowledged this long after it was sent closes the connection.
+    pub keepalive_timeout: Duration,
+}
+
+/// The bytes of the handshake still to come, given the first `head` bytes received (at most `HEAD`).
+fn handshake_left(head: &[u8]) -> usize {
+    if head.len() < HEAD {
+        return HEAD - head.len();
+    }
+    let length = u32::from_be_bytes([0, head[PREFACE], head[PREFACE + 1], head[PREFACE + 2]]);
+    length as usize
+}
+
+/// A connection that fails its reads with `TimedOut` once its deadline passes before the handshake's bytes have
+/// all arrived; after them it is the connection itself.
+pub struct Deadlined<T> {
+    io: T,
+    deadline: Option<Pin<Box<Sleep>>>,
+    head: Vec<u8>,
+    /// Bytes of the first frame's payload still to come, once `head` is whole.
+    payload_left: usize,
+}
+
+impl<T> Deadlined<T> {
+    pub fn new(io: T, within: Duration) -> Self {
+        Self {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+            head: Vec::with_capacity(HEAD),
+            payload_left: 0,
+        }
+    }
+
+    /// Counts `read` (bytes just received) against the handshake; true once it is complete.
+    fn received(&mut self, mut read: &[u8]) -> bool {
+        if self.head.len() < HEAD {
+            let take = read.len().min(HEAD - self.head.len());
+            self.head.extend_from_slice(&read[..take]);
+            read = &read[take..];
+            if self.head.len() < HEAD {
+                return false;
+            }
+            self.payload_left = handshake_left(&self.head);
+        }
+        self.payload_left = self.payload_left.saturating_sub(read.len());
+        self.payload_left == 0
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Deadlined<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let Some(deadline) = me.deadline.as_mut() else {
+            return Pin::new(&mut me.io).poll_read(cx, buf);
+        };
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no HTTP/2 connection preface and SETTINGS within the handshake timeout",
+            )));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let filled = buf.filled();
+            let read = &filled[before..];
+            if me.received(read) {
+                me.deadline = None;
+                me.head = Vec::new();
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlined<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl<T: Connected> Connected for Deadlined<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+#[cfg(test)]
+#[path = "handshake_tests.rs"]
+mod tests;
