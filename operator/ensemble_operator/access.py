@@ -41,6 +41,9 @@ DEFAULT_ALLOWED_FLAGS = (
     "--http-max-body-bytes",
     "--http-max-json-bytes",
     "--max-config-bytes",
+    "--grpc-keepalive-time",
+    "--grpc-keepalive-timeout",
+    "--grpc-handshake-timeout-secs",
 )
 MAX_IMAGE_LENGTH = 512
 

@@ -8,12 +8,13 @@ import json
 from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from ensemble_contract.repository import RepositoryConfig
 from ensemble_contract.status import SourceStatus, StorageStatus
+from ensemble_operator.access import DEFAULT_ALLOWED_FLAGS
 from ensemble_operator.api.v1alpha1 import Ensemble, Model
 from ensemble_operator.plan import plan_ensemble
 from ensemble_operator.render.common import RuntimeDefaults
 from ensemble_operator.status import config_digest_of, found_versions, storage_problem
 from ensemble_runtime.repository.remote import parse_repository_config
-from ensemble_runtime.settings import RuntimeSettings, parse_settings
+from ensemble_runtime.settings import RuntimeSettings, build_parser, parse_settings
 
 
 def test_the_runtime_parses_the_rendered_repository_json_into_the_same_model(
@@ -46,3 +47,8 @@ def test_the_operator_decodes_the_status_the_runtime_produces() -> None:
 def test_the_operator_points_at_the_ports_the_runtime_listens_on() -> None:
     for settings in (RuntimeSettings(), parse_settings(["--model-repository", "/models"])):
         assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (HTTP_PORT, GRPC_PORT, METRICS_PORT)
+
+
+def test_the_tunables_an_ensemble_may_pass_are_runtime_flags() -> None:
+    known = build_parser()._option_string_actions  # the flags the runtime's parser takes, abbreviations aside
+    assert [flag for flag in DEFAULT_ALLOWED_FLAGS if flag not in known] == []
