@@ -44,6 +44,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-keepalive-time",
     "--grpc-keepalive-timeout",
     "--grpc-handshake-timeout-secs",
+    "--grpc-max-concurrent-streams",
 )
 MAX_IMAGE_LENGTH = 512
 

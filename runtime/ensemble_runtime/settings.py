@@ -38,6 +38,7 @@ class GrpcConnections(BaseModel, frozen=True):
     handshake_secs: PositiveFloat = 120.0  # grpc core's server handshake timeout, Triton's too
     keepalive_time_ms: PositiveInt = 7_200_000  # Triton's --grpc-keepalive-time default
     keepalive_timeout_ms: PositiveInt = 20_000  # Triton's --grpc-keepalive-timeout default
+    max_concurrent_streams: int = Field(default=256, gt=0, lt=2**31)  # per connection; Triton sets none
 
 
 class RuntimeSettings(BaseModel):
@@ -64,6 +65,7 @@ class RuntimeSettings(BaseModel):
     grpc_handshake_timeout_secs: PositiveFloat = GrpcConnections().handshake_secs
     grpc_keepalive_time: PositiveInt = GrpcConnections().keepalive_time_ms
     grpc_keepalive_timeout: PositiveInt = GrpcConnections().keepalive_timeout_ms
+    grpc_max_concurrent_streams: int = Field(default=GrpcConnections().max_concurrent_streams, gt=0, lt=2**31)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -96,7 +98,8 @@ class RuntimeSettings(BaseModel):
     def grpc_connections(self) -> GrpcConnections:
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
                                keepalive_time_ms=self.grpc_keepalive_time,
-                               keepalive_timeout_ms=self.grpc_keepalive_timeout)
+                               keepalive_timeout_ms=self.grpc_keepalive_timeout,
+                               max_concurrent_streams=self.grpc_max_concurrent_streams)
 
 
 def _bool(text: str) -> bool:
@@ -154,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-keepalive-timeout", type=_positive(int), metavar="MS",
                    help="milliseconds the server waits for a keepalive PING's acknowledgement before closing the "
                         "connection (Triton's flag and default, 20000)")
+    p.add_argument("--grpc-max-concurrent-streams", type=_positive(int, below=2**31),
+                   help="calls open at once on one gRPC connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; "
+                        "--grpc-frontend=native): gRPC clients queue the others; default 256 (Triton sets none, so "
+                        "one connection may hold any number of calls that never send their message)")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "
@@ -222,14 +229,15 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+def _positive(kind: type[int] | type[float], below: float = math.inf) -> Callable[[str], int | float]:
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             value = 0
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} above 0, got '{text[:32]}'")
+        if not (math.isfinite(value) and 0 < value < below):
+            limit = "" if below == math.inf else f" and below {below}"
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} above 0{limit}, got '{text[:32]}'")
         return value
 
     return parse

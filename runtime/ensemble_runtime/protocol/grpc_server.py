@@ -211,7 +211,9 @@ def build_grpc_server(
     connections: GrpcConnections | None = None,
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default.
-    `connections`: as the native core treats them (idle connections are pinged too); Triton's defaults if None."""
+    `connections`: the handshake and keepalive limits, as the native core keeps them (idle connections are pinged
+    too); Triton's defaults if None. Not the concurrent streams: grpc core's server applies a limit only once the
+    client has acknowledged it, and refuses (UNAVAILABLE) the calls a client opened before that."""
     connections = connections or GrpcConnections()
     server = grpc.aio.server(
         interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],

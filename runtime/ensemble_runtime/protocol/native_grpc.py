@@ -58,7 +58,8 @@ class NativeGrpcServer:
         self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads,
                               handshake_timeout=connections.handshake_secs,
                               keepalive_time=connections.keepalive_time_ms / 1000,
-                              keepalive_timeout=connections.keepalive_timeout_ms / 1000)
+                              keepalive_timeout=connections.keepalive_timeout_ms / 1000,
+                              max_concurrent_streams=connections.max_concurrent_streams)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None

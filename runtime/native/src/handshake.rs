@@ -1,7 +1,8 @@
 //! The gRPC port's connection limits: a connection must open HTTP/2 (the client's connection preface and its first
 //! SETTINGS frame) within a deadline, as grpc core's server handshake timeout asks of it (Triton's: 120 s), or it
 //! is closed; and, through hyper, a connection that stops answering keepalive PINGs is closed (Triton's
-//! `--grpc-keepalive-time` and `--grpc-keepalive-timeout`).
+//! `--grpc-keepalive-time` and `--grpc-keepalive-timeout`); and a connection carries a bounded number of calls at
+//! once.
 //!
 //! Without the deadline, a peer that connects and sends nothing (or a few bytes, slowly) holds a descriptor and a
 //! connection's buffers for as long as it likes: hyper waits for the preface without a timer.
@@ -29,6 +30,9 @@ pub struct ConnectionLimits {
     pub keepalive_time: Duration,
     /// A PING not acknowledged this long after it was sent closes the connection.
     pub keepalive_timeout: Duration,
+    /// Calls open at once on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): gRPC clients queue the
+    /// others; a stream past it is refused (REFUSED_STREAM).
+    pub max_concurrent_streams: u32,
 }
 
 /// The bytes of the handshake still to come, given the first `head` bytes received (at most `HEAD`).

@@ -31,9 +31,10 @@ pub struct GrpcCore {
 #[pymethods]
 impl GrpcCore {
     /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
-    /// `keepalive_time` and `keepalive_timeout` in seconds (see `handshake::ConnectionLimits`).
+    /// `keepalive_time` and `keepalive_timeout` in seconds, and `max_concurrent_streams` per connection (see
+    /// `handshake::ConnectionLimits`).
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, handshake_timeout=120.0, keepalive_time=7200.0, keepalive_timeout=20.0))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, handshake_timeout=120.0, keepalive_time=7200.0, keepalive_timeout=20.0, max_concurrent_streams=256))]
     fn new(
         max_message_bytes: usize,
         restricted: Vec<(String, String, String, String)>,
@@ -41,6 +42,7 @@ impl GrpcCore {
         handshake_timeout: f64,
         keepalive_time: f64,
         keepalive_timeout: f64,
+        max_concurrent_streams: u32,
     ) -> PyResult<Self> {
         let seconds = |name: &str, value: f64| {
             Duration::try_from_secs_f64(value)
@@ -56,6 +58,7 @@ impl GrpcCore {
             handshake: seconds("handshake_timeout", handshake_timeout)?,
             keepalive_time: seconds("keepalive_time", keepalive_time)?,
             keepalive_timeout: seconds("keepalive_timeout", keepalive_timeout)?,
+            max_concurrent_streams,
         };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()

@@ -13,7 +13,9 @@ use prost::Message;
 use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
 use tonic::body::Body;
-use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{
+    BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder,
+};
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
@@ -262,6 +264,13 @@ impl Decoder for RawCodec {
         use bytes::Buf;
         Ok(Some(src.copy_to_bytes(src.remaining()))) // a slice of the received frame, not a copy
     }
+
+    /// No buffer before the message's bytes arrive (tonic's default allocates 8 KiB per call up front, which a
+    /// call that never sends its message held for nothing); the buffer is sized to the message from its
+    /// length prefix.
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(0, 32 * 1024)
+    }
 }
 
 macro_rules! named_service {
@@ -313,6 +322,7 @@ pub fn serve(
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(limits.keepalive_time))
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .max_concurrent_streams(limits.max_concurrent_streams)
         .add_service(InferenceService(core.clone()))
         .add_service(HealthService(core));
     let done = runtime.spawn(router.serve_with_incoming_shutdown(incoming, async {

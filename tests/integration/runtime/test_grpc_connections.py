@@ -2,7 +2,10 @@
 the handshake timeout is closed, as grpc core's server closes it (Triton: 120 s, "Did not receive HTTP/2 settings
 before handshake timeout"), however slowly its bytes drip in; one whose peer stops answering keepalive PINGs is
 closed (`--grpc-keepalive-time`, `--grpc-keepalive-timeout`, as Triton's); one that answers them is kept, idle or
-not. The descriptors come back and the server goes on serving meanwhile."""
+not. On the native front end, one carries at most `--grpc-max-concurrent-streams` calls, so calls that never send
+their message (15 bytes of HEADERS each) cannot pile up in memory (grpcio's front end does not take the limit: its
+server applies it only once acknowledged and refuses the calls a client opened before). The descriptors come back
+and the server goes on serving meanwhile."""
 
 from __future__ import annotations
 
@@ -14,16 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import hpack
 import numpy as np
 import pytest
 from tritonclient.grpc import InferInput, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.support import raw_grpc
+from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
 
 FRONTENDS = ["native", "grpcio"]
 HANDSHAKE_SECS = 2.0
+MAX_STREAMS = 8  # on the handshaking servers
 KEEPALIVE_MS = 1000  # both the time and the timeout on the keepalive servers
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
@@ -44,7 +50,8 @@ def _started(repository: Path, frontend: str, flags: list[str]) -> RuntimeProces
 
 @pytest.fixture(scope="module", params=FRONTENDS)
 def handshaking(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
-    proc = _started(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}"])
+    proc = _started(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}",
+                                                f"--grpc-max-concurrent-streams={MAX_STREAMS}"])
     yield proc
     proc.stop()
 
@@ -90,13 +97,41 @@ def _wait_closed(sock: socket.socket, timeout: float) -> bytes:
     raise AssertionError(f"the connection is still open after {timeout} s")
 
 
-def _frame_types(wire: bytes) -> list[int]:
-    types = []
-    while len(wire) >= 9:
-        length = int.from_bytes(wire[:3], "big")
-        types.append(wire[3])
+def _frames(wire: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, stream, payload) of each whole frame in `wire`."""
+    frames = []
+    while len(wire) >= 9 and len(wire) >= 9 + (length := int.from_bytes(wire[:3], "big")):
+        frames.append((wire[3], int.from_bytes(wire[5:9], "big") & 0x7FFFFFFF, wire[9:9 + length]))
         wire = wire[9 + length:]
-    return types
+    return frames
+
+
+def _frame_types(wire: bytes) -> list[int]:
+    return [kind for kind, _, _ in _frames(wire)]
+
+
+def _read_for(sock: socket.socket, seconds: float) -> bytes:
+    received = bytearray()
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0 and select.select([sock], [], [], left)[0]:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        received += chunk
+    return bytes(received)
+
+
+def _bodiless_calls(count: int) -> bytes:
+    """`count` ModelInfer calls that send their HEADERS and never their message (~15 bytes each once HPACK has
+    the headers in its table), on streams 1, 3, 5, ..., after the preface and SETTINGS."""
+    encoder = hpack.Encoder()
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
+              (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+    wire = bytearray(PREFACE + SETTINGS)
+    for n in range(count):
+        block = encoder.encode(fields)
+        wire += len(block).to_bytes(3, "big") + bytes([0x1, 0x4]) + (2 * n + 1).to_bytes(4, "big") + block
+    return bytes(wire)
 
 
 def _descriptors(proc: RuntimeProcess) -> int:
@@ -207,3 +242,54 @@ def test_a_grpc_channel_idle_between_calls_is_not_reconnected(pinging: RuntimePr
         seen = list(states)
     after_ready = seen[seen.index(grpc.ChannelConnectivity.READY):]
     assert set(after_ready) == {grpc.ChannelConnectivity.READY}, seen
+
+
+def _native_only(proc: RuntimeProcess) -> None:
+    if "--grpc-frontend=native" not in proc.args:
+        pytest.skip("the native front end's limit (grpcio's front end has none)")
+
+
+def test_a_connection_carries_at_most_the_calls_it_was_told(handshaking: RuntimeProcess) -> None:
+    _native_only(handshaking)
+    with _connect(handshaking) as sock:
+        sock.sendall(_bodiless_calls(3 * MAX_STREAMS))
+        frames = _frames(_read_for(sock, 3.0))
+    advertised = [payload for kind, stream, payload in frames if kind == 0x4 and stream == 0 and payload]
+    settings = {int.from_bytes(p[i:i + 2], "big"): int.from_bytes(p[i + 2:i + 6], "big")
+                for p in advertised for i in range(0, len(p), 6)}
+    assert settings.get(0x3) == MAX_STREAMS, settings  # SETTINGS_MAX_CONCURRENT_STREAMS
+    refused = {stream for kind, stream, payload in frames if kind == 0x3 and payload == (7).to_bytes(4, "big")}
+    assert refused == {2 * n + 1 for n in range(MAX_STREAMS, 3 * MAX_STREAMS)}  # REFUSED_STREAM, the ones past it
+    _still_serving(handshaking)
+
+
+def test_bodiless_calls_hold_no_more_memory_than_the_limit_allows(handshaking: RuntimeProcess) -> None:
+    _native_only(handshaking)
+    before = memory_kib(handshaking.pid, "VmRSS")
+    with _connect(handshaking) as sock:
+        sock.sendall(PREFACE + SETTINGS)
+        wire = _bodiless_calls(5000)[len(PREFACE + SETTINGS):]
+        sock.sendall(wire)  # ~75 KB: before the limit (and tonic's 8 KiB per call up front) +45 MiB
+        _read_for(sock, 2.0)
+        grown = memory_kib(handshaking.pid, "VmRSS") - before
+    print(f"5000 bodiless calls on one connection: {grown} KiB")
+    assert grown < 8 * 1024, f"+{grown} KiB"
+    _still_serving(handshaking)
+
+
+def test_calls_past_the_limit_wait_in_the_client_and_all_succeed(handshaking: RuntimeProcess) -> None:
+    # 2000 calls at once on a new channel: grpc core's client waits for the server's SETTINGS before it opens
+    # streams, then queues what the limit does not let through. (grpcio's front end, which has no limit, cancels
+    # some of so many calls on one connection, before this change too.)
+    _native_only(handshaking)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(a.tobytes())
+    with grpc.insecure_channel(handshaking.grpc_url) as channel:  # one connection
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        futures = [stub.ModelInfer.future(request, timeout=LOADED) for _ in range(250 * MAX_STREAMS)]
+        answers = [future.result() for future in futures]
+    for answer in answers:
+        np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), (a + a).ravel())

@@ -60,17 +60,19 @@ def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
     # tritonserver's --grpc-keepalive-time and --grpc-keepalive-timeout (milliseconds); the handshake timeout is
     # grpc core's fixed one, ours to set
     defaults = RuntimeSettings().grpc_connections()
-    assert defaults == GrpcConnections(handshake_secs=120.0, keepalive_time_ms=7_200_000, keepalive_timeout_ms=20_000)
+    assert defaults == GrpcConnections(handshake_secs=120.0, keepalive_time_ms=7_200_000, keepalive_timeout_ms=20_000,
+                                       max_concurrent_streams=256)
     settings = parse_settings(["--grpc-keepalive-time=1500", "--grpc-keepalive-timeout=250",
-                               "--grpc-handshake-timeout-secs=2.5"])
+                               "--grpc-handshake-timeout-secs=2.5", "--grpc-max-concurrent-streams=8"])
     assert settings.grpc_connections() == GrpcConnections(handshake_secs=2.5, keepalive_time_ms=1500,
-                                                          keepalive_timeout_ms=250)
+                                                          keepalive_timeout_ms=250, max_concurrent_streams=8)
 
 
 @pytest.mark.parametrize("argv", [
     ["--grpc-keepalive-time=0"], ["--grpc-keepalive-time=-5"], ["--grpc-keepalive-time=1.5"],
     ["--grpc-keepalive-timeout=abc"], ["--grpc-handshake-timeout-secs=0"], ["--grpc-handshake-timeout-secs=nan"],
     ["--grpc-handshake-timeout-secs=inf"], ["--grpc-handshake-timeout-secs=-1"],
+    ["--grpc-max-concurrent-streams=0"], ["--grpc-max-concurrent-streams=2147483648"],
 ])  # fmt: skip
 def test_grpc_connection_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
