@@ -14,6 +14,7 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -37,31 +38,26 @@ PING = 0x6
 LOADED = 30.0  # how late a close may come on a loaded 2-core machine
 
 
-def _started(repository: Path, frontend: str, flags: list[str]) -> RuntimeProcess:
-    proc = RuntimeProcess([repository], [f"--grpc-frontend={frontend}", "--strict-readiness=false", *flags]).start()
-    try:
+@contextmanager
+def _serving(repository: Path, frontend: str, flags: list[str]) -> Iterator[RuntimeProcess]:
+    with RuntimeProcess([repository], [f"--grpc-frontend={frontend}", "--strict-readiness=false", *flags]) as proc:
         proc.wait_ready()
         proc.wait_model_ready("add_sub")
-    except BaseException:
-        proc.stop()
-        raise
-    return proc
+        yield proc
 
 
 @pytest.fixture(scope="module", params=FRONTENDS)
 def handshaking(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
-    proc = _started(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}",
-                                                f"--grpc-max-concurrent-streams={MAX_STREAMS}"])
-    yield proc
-    proc.stop()
+    with _serving(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}",
+                                              f"--grpc-max-concurrent-streams={MAX_STREAMS}"]) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module", params=FRONTENDS)
 def pinging(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
-    proc = _started(repository, request.param, [f"--grpc-keepalive-time={KEEPALIVE_MS}",
-                                                f"--grpc-keepalive-timeout={KEEPALIVE_MS}"])
-    yield proc
-    proc.stop()
+    with _serving(repository, request.param, [f"--grpc-keepalive-time={KEEPALIVE_MS}",
+                                              f"--grpc-keepalive-timeout={KEEPALIVE_MS}"]) as proc:
+        yield proc
 
 
 def _connect(proc: RuntimeProcess) -> socket.socket:

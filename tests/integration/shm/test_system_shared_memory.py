@@ -10,7 +10,6 @@ messages. Before issue 11 the runtime answered every one of these calls UNIMPLEM
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
+from tests.support.peer_shm import unregister_system
 from tests.support.server_process import ServerProcess
 
 PROTOCOLS: dict[str, ModuleType] = {"grpc": grpcclient, "http": httpclient}
@@ -60,21 +60,6 @@ class Regions:
         return self.handles[name]
 
 
-def unregister(client: Any, name: str, timeout: float = 30.0) -> None:
-    """Triton lets go of a region an answered request used only when it releases the request, which can come after
-    the client has the answer (on a busy machine, long enough for the next call): until then it refuses to
-    unregister the region ("currently in use"). Wait for that release; any other answer is final."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            client.unregister_system_shared_memory(name)
-            return
-        except InferenceServerException as exc:
-            if "currently in use" not in exc.message() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 @contextmanager
 def regions(client: Any) -> Iterator[Regions]:
     held = Regions(client, {}, {})
@@ -82,7 +67,7 @@ def regions(client: Any) -> Iterator[Regions]:
         yield held
     finally:
         for name in held.handles:
-            unregister(client, name)
+            unregister_system(client, name)
         for handle in held.handles.values():
             shm.destroy_shared_memory_region(handle)
 

@@ -4,7 +4,6 @@ HTTP). Region names and keys are unique per run, so runs and other tests never s
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +14,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
-from tritonclient.utils import InferenceServerException
 
 from bench.triton_peer import TritonPeer
 from tests.integration.triton_examples.support import serve
+from tests.support.peer_shm import unregister_system
 from tests.support.server_process import ServerProcess
 
 MODELS = ("simple", "simple_string")
@@ -50,27 +49,11 @@ class _Regions:
 
     def close(self) -> None:
         try:
-            self._unregister_all()
+            unregister_system(self.client, peer=self.peer)
         finally:
             for handle in self.handles:
                 shm.destroy_shared_memory_region(handle)
             self.client.close()
-
-
-    def _unregister_all(self) -> None:
-        """Unregister every region. The peer (tritonserver 2.51) refuses while a request it has already answered
-        still holds a region: it drops its hold when it releases the request, after the answer has left
-        (triton-inference-server/server#7567; #7743, in later releases, defers the unregister instead). So under
-        load the peer's refusal is waited out, for at most 30 s; ours must unregister at once."""
-        deadline = time.monotonic() + 30.0
-        while True:
-            try:
-                self.client.unregister_system_shared_memory()
-                return
-            except InferenceServerException as exc:
-                if not self.peer or "Failed to unregister" not in str(exc) or time.monotonic() > deadline:
-                    raise
-            time.sleep(0.05)
 
 
 def text(values: Any) -> Any:
