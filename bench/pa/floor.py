@@ -23,7 +23,9 @@ from typing import Any
 
 import uvloop
 from ensemble_runtime import thread_policy
-from ensemble_runtime.protocol._native import Call, GrpcCore
+from ensemble_runtime.protocol._native import Call
+from ensemble_runtime.protocol.native_grpc import new_core
+from ensemble_runtime.settings import GrpcConnections
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
@@ -84,7 +86,7 @@ class Floor:
     """The core and the loop's one callback: every call taken is answered in the same wake-up."""
 
     def __init__(self) -> None:
-        self.core = GrpcCore(64 * 1024 * 1024, [], 1)
+        self.core = new_core(64 * 1024 * 1024, [], 1, GrpcConnections())
         self.counted: Counter[str] = Counter()
         self.routes = answers(self.counted)
 

@@ -45,6 +45,9 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-keepalive-timeout",
     "--grpc-handshake-timeout-secs",
     "--grpc-max-concurrent-streams",
+    "--grpc-max-connections",
+    "--grpc-max-incomplete-calls",
+    "--grpc-max-open-streams",
 )
 MAX_IMAGE_LENGTH = 512
 

@@ -39,6 +39,11 @@ class GrpcConnections(BaseModel, frozen=True):
     keepalive_time_ms: PositiveInt = 7_200_000  # Triton's --grpc-keepalive-time default
     keepalive_timeout_ms: PositiveInt = 20_000  # Triton's --grpc-keepalive-timeout default
     max_concurrent_streams: int = Field(default=256, gt=0, lt=2**31)  # per connection; Triton sets none
+    # across all connections (native front end): a connection keeps ~20 KiB and ~0.7 KiB per call it had open at
+    # once; a call waiting for its message holds ~5 KiB more, a stream ~20 KiB
+    max_connections: int = Field(default=1024, gt=0, lt=2**63)
+    max_incomplete_calls: int = Field(default=4096, gt=0, lt=2**63)
+    max_open_streams: int = Field(default=2048, gt=0, lt=2**63)
 
 
 class RuntimeSettings(BaseModel):
@@ -66,6 +71,9 @@ class RuntimeSettings(BaseModel):
     grpc_keepalive_time: PositiveInt = GrpcConnections().keepalive_time_ms
     grpc_keepalive_timeout: PositiveInt = GrpcConnections().keepalive_timeout_ms
     grpc_max_concurrent_streams: int = Field(default=GrpcConnections().max_concurrent_streams, gt=0, lt=2**31)
+    grpc_max_connections: int = Field(default=GrpcConnections().max_connections, gt=0, lt=2**63)
+    grpc_max_incomplete_calls: int = Field(default=GrpcConnections().max_incomplete_calls, gt=0, lt=2**63)
+    grpc_max_open_streams: int = Field(default=GrpcConnections().max_open_streams, gt=0, lt=2**63)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -99,7 +107,10 @@ class RuntimeSettings(BaseModel):
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
                                keepalive_time_ms=self.grpc_keepalive_time,
                                keepalive_timeout_ms=self.grpc_keepalive_timeout,
-                               max_concurrent_streams=self.grpc_max_concurrent_streams)
+                               max_concurrent_streams=self.grpc_max_concurrent_streams,
+                               max_connections=self.grpc_max_connections,
+                               max_incomplete_calls=self.grpc_max_incomplete_calls,
+                               max_open_streams=self.grpc_max_open_streams)
 
 
 def _bool(text: str) -> bool:
@@ -161,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calls open at once on one gRPC connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; "
                         "--grpc-frontend=native): gRPC clients queue the others; default 256 (Triton sets none, so "
                         "one connection may hold any number of calls that never send their message)")
+    p.add_argument("--grpc-max-connections", type=_positive(int, below=2**63),
+                   help="gRPC connections open at once (both front ends): one accepted past it is closed at once; "
+                        "default 1024")
+    p.add_argument("--grpc-max-incomplete-calls", type=_positive(int, below=2**63),
+                   help="unary gRPC calls, across all connections, whose request message has not arrived in full "
+                        "(--grpc-frontend=native): one past it is refused RESOURCE_EXHAUSTED; default 4096")
+    p.add_argument("--grpc-max-open-streams", type=_positive(int, below=2**63),
+                   help="streaming gRPC calls (ModelStreamInfer, health Watch) open at once across all connections "
+                        "(--grpc-frontend=native): one past it is refused RESOURCE_EXHAUSTED; default 2048")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "

@@ -55,12 +55,44 @@ class RawConnection:
         self.sock.close()
 
     def call(self, method: str, frames: Sequence[bytes], headers: Sequence[tuple[str, str]] = ()) -> RawAnswer:
+        stream = self.open_call(method, headers)
+        _send_body(self.sock, self.conn, stream, b"".join(frames))
+        return _answer(self.sock, self.conn, stream)
+
+    def open_call(self, method: str, headers: Sequence[tuple[str, str]] = ()) -> int:
+        """Sends a call's HEADERS and nothing more; returns its stream (its message may follow: `send`)."""
         stream = self.conn.get_next_available_stream_id()
         self.conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
                                         (":authority", self.address), ("content-type", "application/grpc"),
                                         ("te", "trailers"), *headers])
+        self.sock.sendall(self.conn.data_to_send())
+        return stream
+
+    def send(self, stream: int, frames: Sequence[bytes]) -> RawAnswer:
+        """Sends the message of a call opened by `open_call`, ending its requests, and reads its answer."""
         _send_body(self.sock, self.conn, stream, b"".join(frames))
         return _answer(self.sock, self.conn, stream)
+
+    def ended(self, streams: int, timeout: float) -> dict[int, RawAnswer]:
+        """Reads until `streams` calls have ended (or `timeout` passes): the answer of each, by stream."""
+        fields: dict[int, dict[str, str]] = {}
+        answers: dict[int, RawAnswer] = {}
+        deadline = time.monotonic() + timeout
+        while len(answers) < streams and (left := deadline - time.monotonic()) > 0:
+            if not select.select([self.sock], [], [], left)[0]:
+                break
+            received = self.sock.recv(65536)
+            if not received:
+                raise ConnectionError(f"the server closed the connection; answers so far {answers}")
+            for event in self.conn.receive_data(received):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    fields.setdefault(event.stream_id, {}).update((str(k), str(v)) for k, v in event.headers)
+                elif isinstance(event, h2.events.StreamEnded):
+                    got = fields.get(event.stream_id, {})
+                    answers[event.stream_id] = RawAnswer(int(got.get("grpc-status", "-1")),
+                                                         unquote(got.get("grpc-message", "")), b"", got)
+            self.sock.sendall(self.conn.data_to_send())
+        return answers
 
     def idle(self, seconds: float) -> int:
         """Reads for `seconds` without calling, acknowledging what the server sends (h2 answers PINGs); returns

@@ -211,9 +211,10 @@ def build_grpc_server(
     connections: GrpcConnections | None = None,
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default.
-    `connections`: the handshake and keepalive limits, as the native core keeps them (idle connections are pinged
-    too); Triton's defaults if None. Not the concurrent streams: grpc core's server applies a limit only once the
-    client has acknowledged it, and refuses (UNAVAILABLE) the calls a client opened before that."""
+    `connections`: the handshake and keepalive limits and the number of connections, as the native core keeps them
+    (idle connections are pinged too); Triton's defaults if None. Not the concurrent streams: grpc core's server
+    applies a limit only once the client has acknowledged it, and refuses (UNAVAILABLE) the calls a client opened
+    before that; nor the budgets of incomplete calls and open streams, which grpc core has no option for."""
     connections = connections or GrpcConnections()
     server = grpc.aio.server(
         interceptors=[RestrictionInterceptor(restrictions)] if restrictions and restrictions.by_category else [],
@@ -226,6 +227,7 @@ def build_grpc_server(
             ("grpc.keepalive_timeout_ms", connections.keepalive_timeout_ms),
             ("grpc.http2.ping_timeout_ms", connections.keepalive_timeout_ms),  # grpcio 1.85 waits on this one
             ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.max_allowed_incoming_connections", connections.max_connections),
         ]
     )
     servicer = InferenceServicer(dataplane, repository, stream_limit)

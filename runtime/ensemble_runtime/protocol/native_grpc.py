@@ -42,6 +42,19 @@ def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str
     return out
 
 
+def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]], threads: int,
+             connections: GrpcConnections) -> GrpcCore:
+    """The core, its connections treated as `connections` says."""
+    return GrpcCore(max_message_bytes, restricted, threads,
+                    handshake_timeout=connections.handshake_secs,
+                    keepalive_time=connections.keepalive_time_ms / 1000,
+                    keepalive_timeout=connections.keepalive_timeout_ms / 1000,
+                    max_concurrent_streams=connections.max_concurrent_streams,
+                    max_connections=connections.max_connections,
+                    max_incomplete_calls=connections.max_incomplete_calls,
+                    max_open_streams=connections.max_open_streams)
+
+
 class NativeGrpcServer:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
@@ -55,11 +68,7 @@ class NativeGrpcServer:
         self._health = health
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
-        self._core = GrpcCore(max_message_bytes, restricted_methods(restrictions), threads,
-                              handshake_timeout=connections.handshake_secs,
-                              keepalive_time=connections.keepalive_time_ms / 1000,
-                              keepalive_timeout=connections.keepalive_timeout_ms / 1000,
-                              max_concurrent_streams=connections.max_concurrent_streams)
+        self._core = new_core(max_message_bytes, restricted_methods(restrictions), threads, connections)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None

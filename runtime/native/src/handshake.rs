@@ -2,7 +2,7 @@
 //! SETTINGS frame) within a deadline, as grpc core's server handshake timeout asks of it (Triton's: 120 s), or it
 //! is closed; and, through hyper, a connection that stops answering keepalive PINGs is closed (Triton's
 //! `--grpc-keepalive-time` and `--grpc-keepalive-timeout`); and a connection carries a bounded number of calls at
-//! once.
+//! once, and the port a bounded number of connections.
 //!
 //! Without the deadline, a peer that connects and sends nothing (or a few bytes, slowly) holds a descriptor and a
 //! connection's buffers for as long as it likes: hyper waits for the preface without a timer.
@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Sleep;
 use tonic::transport::server::Connected;
 
@@ -33,6 +34,10 @@ pub struct ConnectionLimits {
     /// Calls open at once on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): gRPC clients queue the
     /// others; a stream past it is refused (REFUSED_STREAM).
     pub max_concurrent_streams: u32,
+    /// Connections open at once: one accepted past it is closed at once. A connection keeps what its busiest
+    /// moment took (~0.7 KiB per call it had open at once, up to `max_concurrent_streams`), so this bounds what
+    /// connections alone can hold.
+    pub max_connections: usize,
 }
 
 /// The bytes of the handshake still to come, given the first `head` bytes received (at most `HEAD`).
@@ -52,6 +57,8 @@ pub struct Deadlined<T> {
     head: Vec<u8>,
     /// Bytes of the first frame's payload still to come, once `head` is whole.
     payload_left: usize,
+    /// The connection's place among those open at once, given back when it closes.
+    _place: Option<OwnedSemaphorePermit>,
 }
 
 impl<T> Deadlined<T> {
@@ -61,7 +68,14 @@ impl<T> Deadlined<T> {
             deadline: Some(Box::pin(tokio::time::sleep(within))),
             head: Vec::with_capacity(HEAD),
             payload_left: 0,
+            _place: None,
         }
+    }
+
+    /// The connection holds `place` until it closes.
+    pub fn holding(mut self, place: OwnedSemaphorePermit) -> Self {
+        self._place = Some(place);
+        self
     }
 
     /// Counts `read` (bytes just received) against the handshake; true once it is complete.

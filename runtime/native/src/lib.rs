@@ -3,6 +3,7 @@
 //! handed to the Python data plane in batches.
 //! What a request means stays in Python; this crate parses and writes the wire.
 
+pub mod budget;
 pub mod codings;
 pub mod grpc_plain;
 pub mod handshake;

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
+use crate::budget::CallLimits;
 use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
@@ -31,10 +32,12 @@ pub struct GrpcCore {
 #[pymethods]
 impl GrpcCore {
     /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
-    /// `keepalive_time` and `keepalive_timeout` in seconds, and `max_concurrent_streams` per connection (see
-    /// `handshake::ConnectionLimits`).
+    /// `keepalive_time` and `keepalive_timeout` in seconds, `max_concurrent_streams` per connection and
+    /// `max_connections` (see `handshake::ConnectionLimits`); `max_incomplete_calls` and `max_open_streams` across all connections (see
+    /// `budget::CallLimits`). The defaults are the runtime's settings' alone.
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, handshake_timeout=120.0, keepalive_time=7200.0, keepalive_timeout=20.0, max_concurrent_streams=256))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         max_message_bytes: usize,
         restricted: Vec<(String, String, String, String)>,
@@ -43,6 +46,9 @@ impl GrpcCore {
         keepalive_time: f64,
         keepalive_timeout: f64,
         max_concurrent_streams: u32,
+        max_connections: usize,
+        max_incomplete_calls: usize,
+        max_open_streams: usize,
     ) -> PyResult<Self> {
         let seconds = |name: &str, value: f64| {
             Duration::try_from_secs_f64(value)
@@ -59,6 +65,7 @@ impl GrpcCore {
             keepalive_time: seconds("keepalive_time", keepalive_time)?,
             keepalive_timeout: seconds("keepalive_timeout", keepalive_timeout)?,
             max_concurrent_streams,
+            max_connections,
         };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()
@@ -73,7 +80,11 @@ impl GrpcCore {
                 )
             })
             .collect();
-        let core = Core::new(Restrictions::new(rules), max_message_bytes)?;
+        let calls = CallLimits {
+            incomplete_calls: max_incomplete_calls,
+            open_streams: max_open_streams,
+        };
+        let core = Core::new(Restrictions::new(rules), max_message_bytes, calls)?;
         Ok(Self {
             core: Arc::new(core),
             limits,

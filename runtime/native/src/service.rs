@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{
@@ -21,6 +21,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Response, Status};
 
+use crate::budget::{CallBudget, CallLimits};
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
@@ -86,10 +87,15 @@ pub struct Core {
     restrictions: Restrictions,
     max_message_bytes: usize,
     inflating: Gate,
+    budget: CallBudget,
 }
 
 impl Core {
-    pub fn new(restrictions: Restrictions, max_message_bytes: usize) -> std::io::Result<Self> {
+    pub fn new(
+        restrictions: Restrictions,
+        max_message_bytes: usize,
+        calls: CallLimits,
+    ) -> std::io::Result<Self> {
         Ok(Self {
             queue: WakeQueue::new()?,
             in_flight: InFlight::default(),
@@ -97,6 +103,7 @@ impl Core {
             restrictions,
             max_message_bytes,
             inflating: gate(),
+            budget: CallBudget::new(calls),
         })
     }
 
@@ -118,11 +125,30 @@ impl Core {
             .accept_compressed(CompressionEncoding::Deflate)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
+        // Each call holds a permit of the budget across connections (crate::budget): a stream for its life, a
+        // unary call until its message has arrived.
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
-            grpc.streaming(StreamHandler { core: self, path }, request)
-                .await
+            let open = match self.budget.open_stream() {
+                Ok(permit) => permit,
+                Err(status) => return status.into_http(),
+            };
+            let handler = StreamHandler {
+                core: self,
+                path,
+                open: Some(open),
+            };
+            grpc.streaming(handler, request).await
         } else if is_unary(&path) {
-            grpc.unary(Unary { core: self, path }, request).await
+            let incomplete = match self.budget.incomplete_call() {
+                Ok(permit) => permit,
+                Err(status) => return status.into_http(),
+            };
+            let unary = Unary {
+                core: self,
+                path,
+                incomplete: Some(incomplete),
+            };
+            grpc.unary(unary, request).await
         } else {
             return Status::unimplemented("Method not found!").into_http();
         };
@@ -183,6 +209,8 @@ pub fn decode_infer(payload: Bytes) -> Result<ModelInferRequest, Status> {
 struct Unary {
     core: Arc<Core>,
     path: String,
+    /// Given back when the message has arrived (tonic calls `call` with it), or the call ends without it.
+    incomplete: Option<OwnedSemaphorePermit>,
 }
 
 impl UnaryService<Bytes> for Unary {
@@ -192,6 +220,7 @@ impl UnaryService<Bytes> for Unary {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let core = self.core.clone();
         let path = std::mem::take(&mut self.path);
+        drop(self.incomplete.take());
         Box::pin(async move {
             let payload = request.into_inner();
             let (reply, answer) = oneshot::channel();
@@ -315,9 +344,18 @@ pub fn serve(
 ) -> std::io::Result<GrpcRunning> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
+    let places = Arc::new(Semaphore::new(
+        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
     let incoming = TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?)
         .with_nodelay(Some(true))
-        .map(move |accepted| accepted.map(|tcp| Deadlined::new(tcp, limits.handshake)));
+        .filter_map(move |accepted| match accepted {
+            Ok(tcp) => match places.clone().try_acquire_owned() {
+                Ok(place) => Some(Ok(Deadlined::new(tcp, limits.handshake).holding(place))),
+                Err(_) => None, // over the limit: dropped, so closed
+            },
+            Err(error) => Some(Err(error)),
+        });
     let (shutdown, signal) = oneshot::channel::<()>();
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(limits.keepalive_time))

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::codegen::BoxFuture;
 use tonic::server::StreamingService;
@@ -93,6 +93,8 @@ impl StreamIds {
 pub struct StreamHandler {
     pub core: Arc<Core>,
     pub path: String,
+    /// The stream's permit of the budget across connections, held by its responses (crate::budget).
+    pub open: Option<OwnedSemaphorePermit>,
 }
 
 /// The responses going out; dropping it (the stream is over, or the client went away) tells the reader task.
@@ -103,6 +105,7 @@ pub struct Responses {
     end: Option<oneshot::Receiver<Status>>,
     blocked: Arc<AtomicBool>,
     _gone: oneshot::Sender<()>,
+    _open: Option<OwnedSemaphorePermit>,
 }
 
 impl Stream for Responses {
@@ -140,6 +143,7 @@ impl StreamingService<Bytes> for StreamHandler {
     fn call(&mut self, request: Request<Streaming<Bytes>>) -> Self::Future {
         let core = self.core.clone();
         let path = std::mem::take(&mut self.path);
+        let open = self.open.take();
         Box::pin(async move {
             let id = core.stream_ids.next();
             let (sender, messages) = mpsc::channel(WINDOW);
@@ -173,6 +177,7 @@ impl StreamingService<Bytes> for StreamHandler {
                 end: Some(end),
                 blocked,
                 _gone: gone_tx,
+                _open: open,
             }))
         })
     }

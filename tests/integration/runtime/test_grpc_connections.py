@@ -14,55 +14,48 @@ import select
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
-import hpack
 import numpy as np
 import pytest
-from tritonclient.grpc import InferInput, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 
 from tests.support import raw_grpc
+from tests.support.grpc_port import (
+    FRONTENDS,
+    LOADED,
+    PREFACE,
+    SETTINGS,
+    bodiless_calls,
+    connect,
+    native_only,
+    serving,
+    still_serving,
+    wait_closed,
+)
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
 
-FRONTENDS = ["native", "grpcio"]
 HANDSHAKE_SECS = 2.0
 MAX_STREAMS = 8  # on the handshaking servers
 KEEPALIVE_MS = 1000  # both the time and the timeout on the keepalive servers
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
 PING = 0x6
-LOADED = 30.0  # how late a close may come on a loaded 2-core machine
-
-
-@contextmanager
-def _serving(repository: Path, frontend: str, flags: list[str]) -> Iterator[RuntimeProcess]:
-    with RuntimeProcess([repository], [f"--grpc-frontend={frontend}", "--strict-readiness=false", *flags]) as proc:
-        proc.wait_ready()
-        proc.wait_model_ready("add_sub")
-        yield proc
 
 
 @pytest.fixture(scope="module", params=FRONTENDS)
 def handshaking(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
-    with _serving(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}",
+    with serving(repository, request.param, [f"--grpc-handshake-timeout-secs={HANDSHAKE_SECS}",
                                               f"--grpc-max-concurrent-streams={MAX_STREAMS}"]) as proc:
         yield proc
 
 
 @pytest.fixture(scope="module", params=FRONTENDS)
 def pinging(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
-    with _serving(repository, request.param, [f"--grpc-keepalive-time={KEEPALIVE_MS}",
+    with serving(repository, request.param, [f"--grpc-keepalive-time={KEEPALIVE_MS}",
                                               f"--grpc-keepalive-timeout={KEEPALIVE_MS}"]) as proc:
         yield proc
-
-
-def _connect(proc: RuntimeProcess) -> socket.socket:
-    host, _, port = proc.grpc_url.rpartition(":")
-    return socket.create_connection((host, int(port)), timeout=LOADED)
 
 
 def _closed(sock: socket.socket) -> bool:
@@ -74,23 +67,6 @@ def _closed(sock: socket.socket) -> bool:
         except ConnectionError:
             return True
     return False
-
-
-def _wait_closed(sock: socket.socket, timeout: float) -> bytes:
-    """Everything the server sends until it closes `sock`; AssertionError if it has not within `timeout`."""
-    received = bytearray()
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        if not select.select([sock], [], [], left)[0]:
-            break
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionError:
-            return bytes(received)
-        if not chunk:
-            return bytes(received)
-        received += chunk
-    raise AssertionError(f"the connection is still open after {timeout} s")
 
 
 def _frames(wire: bytes) -> list[tuple[int, int, bytes]]:
@@ -117,30 +93,8 @@ def _read_for(sock: socket.socket, seconds: float) -> bytes:
     return bytes(received)
 
 
-def _bodiless_calls(count: int) -> bytes:
-    """`count` ModelInfer calls that send their HEADERS and never their message (~15 bytes each once HPACK has
-    the headers in its table), on streams 1, 3, 5, ..., after the preface and SETTINGS."""
-    encoder = hpack.Encoder()
-    fields = [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
-              (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
-    wire = bytearray(PREFACE + SETTINGS)
-    for n in range(count):
-        block = encoder.encode(fields)
-        wire += len(block).to_bytes(3, "big") + bytes([0x1, 0x4]) + (2 * n + 1).to_bytes(4, "big") + block
-    return bytes(wire)
-
-
 def _descriptors(proc: RuntimeProcess) -> int:
     return len(os.listdir(f"/proc/{proc.pid}/fd"))
-
-
-def _still_serving(proc: RuntimeProcess) -> None:
-    a = np.ones((1, 16), np.float32)
-    with proc.grpc_client() as client:
-        inputs = [InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(a)
-        np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + a)
 
 
 @pytest.mark.parametrize("sent", [
@@ -151,19 +105,19 @@ def test_a_connection_that_does_not_open_http2_is_closed_at_the_deadline(
     handshaking: RuntimeProcess, sent: bytes
 ) -> None:
     start = time.monotonic()
-    with _connect(handshaking) as sock:
+    with connect(handshaking) as sock:
         sock.sendall(sent)
-        _wait_closed(sock, HANDSHAKE_SECS + LOADED)
+        wait_closed(sock, HANDSHAKE_SECS + LOADED)
     took = time.monotonic() - start
     assert took >= HANDSHAKE_SECS - 0.1, f"closed after {took:.2f} s, before the deadline"
-    _still_serving(handshaking)
+    still_serving(handshaking)
 
 
 def test_bytes_dripping_in_do_not_hold_the_deadline_off(handshaking: RuntimeProcess) -> None:
     handshake = PREFACE + SETTINGS
     start = time.monotonic()
     sent = 0
-    with _connect(handshaking) as sock:
+    with connect(handshaking) as sock:
         while sent < len(handshake) and not _closed(sock):
             try:
                 sock.sendall(handshake[sent:sent + 1])
@@ -172,7 +126,7 @@ def test_bytes_dripping_in_do_not_hold_the_deadline_off(handshaking: RuntimeProc
             sent += 1
             time.sleep(0.25)  # the drip itself: 33 bytes over ~8 s, against a 2 s deadline
         else:
-            _wait_closed(sock, LOADED)
+            wait_closed(sock, LOADED)
     took = time.monotonic() - start
     assert sent < len(handshake) - 1, f"the whole handshake went through ({took:.2f} s)"
     assert took >= HANDSHAKE_SECS - 0.1
@@ -191,12 +145,12 @@ def test_many_silent_connections_are_all_closed_and_their_descriptors_come_back(
     handshaking: RuntimeProcess,
 ) -> None:
     before = _descriptors(handshaking)
-    socks = [_connect(handshaking) for _ in range(100)]
+    socks = [connect(handshaking) for _ in range(100)]
     try:
-        _still_serving(handshaking)  # while they are open
+        still_serving(handshaking)  # while they are open
         deadline = time.monotonic() + HANDSHAKE_SECS + LOADED
         for sock in socks:
-            _wait_closed(sock, max(deadline - time.monotonic(), 0.1))
+            wait_closed(sock, max(deadline - time.monotonic(), 0.1))
     finally:
         for sock in socks:
             sock.close()
@@ -204,18 +158,18 @@ def test_many_silent_connections_are_all_closed_and_their_descriptors_come_back(
     while _descriptors(handshaking) > before + 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _descriptors(handshaking) <= before + 2, (before, _descriptors(handshaking))
-    _still_serving(handshaking)
+    still_serving(handshaking)
 
 
 def test_a_peer_that_stops_answering_pings_is_closed(pinging: RuntimeProcess) -> None:
     start = time.monotonic()
-    with _connect(pinging) as sock:
+    with connect(pinging) as sock:
         sock.sendall(PREFACE + SETTINGS)  # and nothing more: no SETTINGS or PING acknowledged
-        received = _wait_closed(sock, 2 * KEEPALIVE_MS / 1000 + LOADED)
+        received = wait_closed(sock, 2 * KEEPALIVE_MS / 1000 + LOADED)
     took = time.monotonic() - start
     assert PING in _frame_types(received), _frame_types(received)
     assert took >= KEEPALIVE_MS / 1000, f"closed after {took:.2f} s"
-    _still_serving(pinging)
+    still_serving(pinging)
 
 
 def test_a_peer_that_answers_pings_keeps_its_idle_connection(pinging: RuntimeProcess) -> None:
@@ -240,15 +194,10 @@ def test_a_grpc_channel_idle_between_calls_is_not_reconnected(pinging: RuntimePr
     assert set(after_ready) == {grpc.ChannelConnectivity.READY}, seen
 
 
-def _native_only(proc: RuntimeProcess) -> None:
-    if "--grpc-frontend=native" not in proc.args:
-        pytest.skip("the native front end's limit (grpcio's front end has none)")
-
-
 def test_a_connection_carries_at_most_the_calls_it_was_told(handshaking: RuntimeProcess) -> None:
-    _native_only(handshaking)
-    with _connect(handshaking) as sock:
-        sock.sendall(_bodiless_calls(3 * MAX_STREAMS))
+    native_only(handshaking)
+    with connect(handshaking) as sock:
+        sock.sendall(bodiless_calls(3 * MAX_STREAMS))
         frames = _frames(_read_for(sock, 3.0))
     advertised = [payload for kind, stream, payload in frames if kind == 0x4 and stream == 0 and payload]
     settings = {int.from_bytes(p[i:i + 2], "big"): int.from_bytes(p[i + 2:i + 6], "big")
@@ -256,28 +205,28 @@ def test_a_connection_carries_at_most_the_calls_it_was_told(handshaking: Runtime
     assert settings.get(0x3) == MAX_STREAMS, settings  # SETTINGS_MAX_CONCURRENT_STREAMS
     refused = {stream for kind, stream, payload in frames if kind == 0x3 and payload == (7).to_bytes(4, "big")}
     assert refused == {2 * n + 1 for n in range(MAX_STREAMS, 3 * MAX_STREAMS)}  # REFUSED_STREAM, the ones past it
-    _still_serving(handshaking)
+    still_serving(handshaking)
 
 
 def test_bodiless_calls_hold_no_more_memory_than_the_limit_allows(handshaking: RuntimeProcess) -> None:
-    _native_only(handshaking)
+    native_only(handshaking)
     before = memory_kib(handshaking.pid, "VmRSS")
-    with _connect(handshaking) as sock:
+    with connect(handshaking) as sock:
         sock.sendall(PREFACE + SETTINGS)
-        wire = _bodiless_calls(5000)[len(PREFACE + SETTINGS):]
+        wire = bodiless_calls(5000)[len(PREFACE + SETTINGS):]
         sock.sendall(wire)  # ~75 KB: before the limit (and tonic's 8 KiB per call up front) +45 MiB
         _read_for(sock, 2.0)
         grown = memory_kib(handshaking.pid, "VmRSS") - before
     print(f"5000 bodiless calls on one connection: {grown} KiB")
     assert grown < 8 * 1024, f"+{grown} KiB"
-    _still_serving(handshaking)
+    still_serving(handshaking)
 
 
 def test_calls_past_the_limit_wait_in_the_client_and_all_succeed(handshaking: RuntimeProcess) -> None:
     # 2000 calls at once on a new channel: grpc core's client waits for the server's SETTINGS before it opens
     # streams, then queues what the limit does not let through. (grpcio's front end, which has no limit, cancels
     # some of so many calls on one connection, before this change too.)
-    _native_only(handshaking)
+    native_only(handshaking)
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     request = pb.ModelInferRequest(model_name="add_sub")
     for name in ("INPUT0", "INPUT1"):

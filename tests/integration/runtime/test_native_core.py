@@ -18,6 +18,8 @@ from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferRequest
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
+from ensemble_runtime.protocol.native_grpc import new_core
+from ensemble_runtime.settings import GrpcConnections
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
@@ -28,7 +30,8 @@ STATS = "/inference.GRPCInferenceService/ModelStatistics"
 
 @pytest_asyncio.fixture
 async def core() -> AsyncIterator[tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]]]:
-    core = GrpcCore(1 << 20, [(STATS, HEADER, "v", "This protocol is restricted, expecting header 'x'")], 1)
+    restricted = [(STATS, HEADER, "v", "This protocol is restricted, expecting header 'x'")]
+    core = new_core(1 << 20, restricted, 1, GrpcConnections())
     port = core.start("127.0.0.1", 0)
     batches: asyncio.Queue[list[Call | StreamCall | StreamFrame]] = asyncio.Queue()
     loop = asyncio.get_running_loop()

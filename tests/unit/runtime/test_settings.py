@@ -61,11 +61,15 @@ def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
     # grpc core's fixed one, ours to set
     defaults = RuntimeSettings().grpc_connections()
     assert defaults == GrpcConnections(handshake_secs=120.0, keepalive_time_ms=7_200_000, keepalive_timeout_ms=20_000,
-                                       max_concurrent_streams=256)
+                                       max_concurrent_streams=256, max_connections=1024, max_incomplete_calls=4096,
+                                       max_open_streams=2048)
     settings = parse_settings(["--grpc-keepalive-time=1500", "--grpc-keepalive-timeout=250",
-                               "--grpc-handshake-timeout-secs=2.5", "--grpc-max-concurrent-streams=8"])
+                               "--grpc-handshake-timeout-secs=2.5", "--grpc-max-concurrent-streams=8",
+                               "--grpc-max-connections=5", "--grpc-max-incomplete-calls=6", "--grpc-max-open-streams=7"])
     assert settings.grpc_connections() == GrpcConnections(handshake_secs=2.5, keepalive_time_ms=1500,
-                                                          keepalive_timeout_ms=250, max_concurrent_streams=8)
+                                                          keepalive_timeout_ms=250, max_concurrent_streams=8,
+                                                          max_connections=5, max_incomplete_calls=6,
+                                                          max_open_streams=7)
 
 
 @pytest.mark.parametrize("argv", [
@@ -73,6 +77,9 @@ def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
     ["--grpc-keepalive-timeout=abc"], ["--grpc-handshake-timeout-secs=0"], ["--grpc-handshake-timeout-secs=nan"],
     ["--grpc-handshake-timeout-secs=inf"], ["--grpc-handshake-timeout-secs=-1"],
     ["--grpc-max-concurrent-streams=0"], ["--grpc-max-concurrent-streams=2147483648"],
+    ["--grpc-max-connections=0"], ["--grpc-max-connections=1.5"], ["--grpc-max-incomplete-calls=-1"],
+    ["--grpc-max-incomplete-calls=9223372036854775808"], ["--grpc-max-open-streams=0"],
+    ["--grpc-max-open-streams=many"],
 ])  # fmt: skip
 def test_grpc_connection_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

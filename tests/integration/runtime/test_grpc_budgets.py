@@ -1,0 +1,230 @@
+"""The gRPC port's bounds across all its connections: connections open at once (`--grpc-max-connections`, both front
+ends: one past it is closed at once, and its place comes back when one closes); on the native front end, unary calls
+whose message has not arrived (`--grpc-max-incomplete-calls`) and open streams (`--grpc-max-open-streams`): a call
+past either is answered RESOURCE_EXHAUSTED at once, naming the flag. Without them, connections times the
+per-connection limit of calls was open: 40 connections of 256 streams that never send a message held +220 MiB.
+The server goes on serving meanwhile."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from tests.support import raw_grpc
+from tests.support.grpc_port import (
+    FRONTENDS,
+    LOADED,
+    MODEL_INFER,
+    MODEL_STREAM_INFER,
+    PREFACE,
+    SETTINGS,
+    bodiless_calls,
+    connect,
+    native_only,
+    serving,
+    still_serving,
+    wait_closed,
+)
+from tests.support.liveness import memory_kib
+from tests.support.runtime_process import RuntimeProcess
+
+MAX_CONNECTIONS = 48
+MAX_INCOMPLETE = 10
+MAX_STREAMS = 3
+RESOURCE_EXHAUSTED = 8
+
+
+@pytest.fixture(scope="module", params=FRONTENDS)
+def budgeted(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
+    with serving(repository, request.param, [f"--grpc-max-connections={MAX_CONNECTIONS}",
+                                             f"--grpc-max-incomplete-calls={MAX_INCOMPLETE}",
+                                             f"--grpc-max-open-streams={MAX_STREAMS}"]) as proc:
+        yield proc
+
+
+def _opened(proc: RuntimeProcess) -> tuple[socket.socket, bool]:
+    """A connection that sent the preface and SETTINGS, and whether the server kept it: a kept one gets the server's
+    SETTINGS, one past the limit is closed without a byte."""
+    sock = connect(proc)
+    sock.sendall(PREFACE + SETTINGS)
+    try:
+        first = sock.recv(9)
+    except ConnectionError:
+        first = b""
+    return sock, bool(first)
+
+
+def _add_sub_request() -> bytes:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(a.tobytes())
+    return raw_grpc.frame(request.SerializeToString())
+
+
+def _refused(answers: dict[int, raw_grpc.RawAnswer], flag: str) -> set[int]:
+    for answer in answers.values():
+        assert answer.status == RESOURCE_EXHAUSTED, answer
+        assert flag in answer.message, answer.message
+    return set(answers)
+
+
+def test_connections_past_the_limit_are_closed_at_once(budgeted: RuntimeProcess) -> None:
+    held: list[socket.socket] = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock, kept = _opened(budgeted)
+            held.append(sock)
+            assert kept, f"connection {len(held)} of {MAX_CONNECTIONS} was closed"
+        start = time.monotonic()
+        with connect(budgeted) as past:
+            wait_closed(past, LOADED)
+        assert time.monotonic() - start < LOADED
+        held.pop().close()  # a place comes back once the server has seen the close
+        deadline = time.monotonic() + LOADED
+        while True:
+            sock, kept = _opened(budgeted)
+            if kept:
+                held.append(sock)
+                break
+            sock.close()
+            assert time.monotonic() < deadline, "the closed connection's place did not come back"
+    finally:
+        for sock in held:
+            sock.close()
+    _serving_again(budgeted)
+
+
+def _serving_again(proc: RuntimeProcess) -> None:
+    """Serves once the places and permits of the connections a test closed have come back (the server sees the
+    closes in its own time)."""
+    deadline = time.monotonic() + LOADED
+    while True:
+        try:
+            still_serving(proc)
+            return
+        except InferenceServerException as error:
+            if time.monotonic() > deadline or error.status() not in ("StatusCode.UNAVAILABLE",
+                                                                       "StatusCode.RESOURCE_EXHAUSTED"):
+                raise
+
+
+def test_calls_waiting_for_their_message_are_bounded_across_connections(budgeted: RuntimeProcess) -> None:
+    native_only(budgeted)
+    per_connection = 8  # under the per-connection limit (256): only the budget across connections refuses
+    with raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as first, \
+            raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as second:
+        opened = {id(c): [c.open_call(MODEL_INFER) for _ in range(per_connection)] for c in (first, second)}
+        past = 2 * per_connection - MAX_INCOMPLETE
+        refused = {id(first): set[int](), id(second): set[int]()}
+        deadline = time.monotonic() + LOADED
+        while sum(map(len, refused.values())) < past and time.monotonic() < deadline:
+            for connection in (first, second):
+                refused[id(connection)] |= _refused(connection.ended(past, 0.2), "--grpc-max-incomplete-calls")
+        assert sum(map(len, refused.values())) == past, refused
+
+        # the budget is spent: a whole call is refused too, at once
+        with budgeted.grpc_client() as client, pytest.raises(InferenceServerException) as caught:
+            client.get_server_metadata()
+        assert caught.value.status() == "StatusCode.RESOURCE_EXHAUSTED", caught.value
+        assert "--grpc-max-incomplete-calls" in str(caught.value)
+
+        # a waiting call that sends its message is answered, and gives its permit back
+        waiting = next((c, s) for c in (first, second) for s in opened[id(c)] if s not in refused[id(c)])
+        answer = waiting[0].send(waiting[1], [_add_sub_request()])
+        assert answer.status == 0, answer
+        output = pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents[0]
+        np.testing.assert_array_equal(np.frombuffer(output, np.float32), 2 * np.arange(16, dtype=np.float32))
+        still_serving(budgeted)
+    _serving_again(budgeted)  # the closed connections' calls gave theirs back
+
+
+def _stream(proc: RuntimeProcess) -> list[pb.ModelStreamInferResponse]:
+    with grpc.insecure_channel(proc.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.ModelInferRequest.FromString(_add_sub_request()[5:])
+        return list(stub.ModelStreamInfer(iter([request]), timeout=LOADED))
+
+
+def test_open_streams_are_bounded_across_connections(budgeted: RuntimeProcess) -> None:
+    native_only(budgeted)
+    with raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as first, \
+            raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as second:
+        for connection in (first, second):
+            for _ in range(2):
+                connection.open_call(MODEL_STREAM_INFER)
+        answers = {**first.ended(1, 0.5), **second.ended(1, 0.5)}
+        deadline = time.monotonic() + LOADED
+        while not answers and time.monotonic() < deadline:
+            answers = {**first.ended(1, 0.2), **second.ended(1, 0.2)}
+        assert len(_refused(answers, "--grpc-max-open-streams")) == 4 - MAX_STREAMS
+
+        with pytest.raises(grpc.RpcError) as caught:  # a whole stream too, while the three are open
+            _stream(budgeted)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value
+    deadline = time.monotonic() + LOADED  # the closed connections' streams end in the server's own time
+    while True:
+        try:
+            responses = _stream(budgeted)
+            break
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                raise
+    assert [r.error_message for r in responses] == [""]
+    output = responses[0].infer_response.raw_output_contents[0]
+    np.testing.assert_array_equal(np.frombuffer(output, np.float32), 2 * np.arange(16, dtype=np.float32))
+
+
+def test_bodiless_streams_across_many_connections_hold_what_the_budget_allows(budgeted: RuntimeProcess) -> None:
+    # 40 connections of 64 streams that never send a message: +54 MiB before the budget (~21 KiB a stream)
+    native_only(budgeted)
+    connections, per_connection = 40, 64
+    before = memory_kib(budgeted.pid, "VmRSS")
+    socks = [connect(budgeted) for _ in range(connections)]
+    try:
+        for sock in socks:
+            sock.sendall(bodiless_calls(per_connection, MODEL_STREAM_INFER))
+        refused = _ended_calls(socks, connections * per_connection - MAX_STREAMS)
+        grown = memory_kib(budgeted.pid, "VmRSS") - before
+    finally:
+        for sock in socks:
+            sock.close()
+    print(f"{connections} connections of {per_connection} bodiless streams: +{grown} KiB")
+    assert refused == connections * per_connection - MAX_STREAMS
+    assert grown < 16 * 1024, f"+{grown} KiB"
+    _serving_again(budgeted)
+
+
+def _ended_calls(socks: list[socket.socket], calls: int) -> int:
+    """Reads the connections until `calls` calls have ended (HEADERS frames with END_STREAM; the server answers a
+    refusal in one), or LOADED seconds pass; returns how many did."""
+    wires = {sock: bytearray() for sock in socks}
+    ended = 0
+    deadline = time.monotonic() + LOADED
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        while ended < calls and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError("the server closed a connection")
+                wire = wires[sock]
+                wire += chunk
+                while len(wire) >= 9 and len(wire) >= 9 + (length := int.from_bytes(wire[:3], "big")):
+                    ended += wire[3] == 0x1 and wire[4] & 0x1 == 0x1
+                    del wire[:9 + length]
+    return ended

@@ -1,0 +1,83 @@
+"""What the tests of the gRPC port's limits share: a runtime serving the integration repository on either front end,
+raw sockets to its gRPC port, calls that send their HEADERS and never their message, and the check that it still
+serves."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import hpack
+import numpy as np
+import pytest
+from tritonclient.grpc import InferInput
+
+from tests.support.runtime_process import RuntimeProcess
+
+FRONTENDS = ["native", "grpcio"]
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+LOADED = 30.0  # how late an answer or a close may come on a loaded 2-core machine
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+@contextmanager
+def serving(repository: Path, frontend: str, flags: list[str]) -> Iterator[RuntimeProcess]:
+    with RuntimeProcess([repository], [f"--grpc-frontend={frontend}", "--strict-readiness=false", *flags]) as proc:
+        proc.wait_ready()
+        proc.wait_model_ready("add_sub")
+        yield proc
+
+
+def native_only(proc: RuntimeProcess) -> None:
+    if "--grpc-frontend=native" not in proc.args:
+        pytest.skip("the native front end's limit (grpcio's front end has none)")
+
+
+def connect(proc: RuntimeProcess) -> socket.socket:
+    host, _, port = proc.grpc_url.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=LOADED)
+
+
+def wait_closed(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes `sock`; AssertionError if it has not within `timeout`."""
+    received = bytearray()
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([sock], [], [], left)[0]:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionError:
+            return bytes(received)
+        if not chunk:
+            return bytes(received)
+        received += chunk
+    raise AssertionError(f"the connection is still open after {timeout} s")
+
+
+def bodiless_calls(count: int, method: str = MODEL_INFER) -> bytes:
+    """`count` calls that send their HEADERS and never their message (~15 bytes each once HPACK has the headers in
+    its table), on streams 1, 3, 5, ..., after the preface and SETTINGS."""
+    encoder = hpack.Encoder()
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", method),
+              (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+    wire = bytearray(PREFACE + SETTINGS)
+    for n in range(count):
+        block = encoder.encode(fields)
+        wire += len(block).to_bytes(3, "big") + bytes([0x1, 0x4]) + (2 * n + 1).to_bytes(4, "big") + block
+    return bytes(wire)
+
+
+def still_serving(proc: RuntimeProcess) -> None:
+    a = np.ones((1, 16), np.float32)
+    with proc.grpc_client() as client:
+        inputs = [InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + a)
