@@ -83,27 +83,29 @@ def _refused(answers: dict[int, raw_grpc.RawAnswer], flag: str) -> set[int]:
 def test_connections_past_the_limit_are_closed_at_once(budgeted: RuntimeProcess) -> None:
     held: list[socket.socket] = []
     try:
+        deadline = time.monotonic() + LOADED  # connections an earlier test closed free their places in time
         for _ in range(MAX_CONNECTIONS):
-            sock, kept = _opened(budgeted)
-            held.append(sock)
-            assert kept, f"connection {len(held)} of {MAX_CONNECTIONS} was closed"
+            held.append(_place(budgeted, deadline))
         start = time.monotonic()
         with connect(budgeted) as past:
             wait_closed(past, LOADED)
         assert time.monotonic() - start < LOADED
-        held.pop().close()  # a place comes back once the server has seen the close
-        deadline = time.monotonic() + LOADED
-        while True:
-            sock, kept = _opened(budgeted)
-            if kept:
-                held.append(sock)
-                break
-            sock.close()
-            assert time.monotonic() < deadline, "the closed connection's place did not come back"
+        held.pop().close()  # its place comes back once the server has seen the close
+        held.append(_place(budgeted, time.monotonic() + LOADED))
     finally:
         for sock in held:
             sock.close()
     _serving_again(budgeted)
+
+
+def _place(proc: RuntimeProcess, deadline: float) -> socket.socket:
+    """A connection the server keeps, opened before `deadline`."""
+    while True:
+        sock, kept = _opened(proc)
+        if kept:
+            return sock
+        sock.close()
+        assert time.monotonic() < deadline, "no place for a connection"
 
 
 def _serving_again(proc: RuntimeProcess) -> None:
