@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 1024")
     p.add_argument("--grpc-max-incomplete-calls", type=_positive(int, below=2**63),
                    help="unary gRPC calls, across all connections, whose request message has not arrived in full "
-                        "(--grpc-frontend=native): one past it is refused RESOURCE_EXHAUSTED; default 4096")
+                        "(--grpc-frontend=native): at the limit, the one that has waited longest gives way to a new "
+                        "one (RESOURCE_EXHAUSTED); default 4096")
     p.add_argument("--grpc-max-open-streams", type=_positive(int, below=2**63),
                    help="streaming gRPC calls (ModelStreamInfer, health Watch) open at once across all connections "
                         "(--grpc-frontend=native): one past it is refused RESOURCE_EXHAUSTED; default 2048")

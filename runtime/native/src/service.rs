@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{
@@ -21,7 +21,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Response, Status};
 
-use crate::budget::{CallBudget, CallLimits};
+use crate::budget::{CallBudget, CallLimits, WaitingCall};
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
@@ -125,8 +125,8 @@ impl Core {
             .accept_compressed(CompressionEncoding::Deflate)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        // Each call holds a permit of the budget across connections (crate::budget): a stream for its life, a
-        // unary call until its message has arrived.
+        // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
+        // unary call until its message has arrived (or it is told to give way to a newer one).
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
             let open = match self.budget.open_stream() {
                 Ok(permit) => permit,
@@ -139,16 +139,17 @@ impl Core {
             };
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
-            let incomplete = match self.budget.incomplete_call() {
-                Ok(permit) => permit,
-                Err(status) => return status.into_http(),
-            };
+            let (waiting, give_way) = self.budget.incomplete_call();
             let unary = Unary {
                 core: self,
                 path,
-                incomplete: Some(incomplete),
+                waiting: Some(waiting),
             };
-            grpc.unary(unary, request).await
+            tokio::select! {
+                biased;
+                response = grpc.unary(unary, request) => response,
+                status = give_way.status() => return status.into_http(),
+            }
         } else {
             return Status::unimplemented("Method not found!").into_http();
         };
@@ -209,8 +210,8 @@ pub fn decode_infer(payload: Bytes) -> Result<ModelInferRequest, Status> {
 struct Unary {
     core: Arc<Core>,
     path: String,
-    /// Given back when the message has arrived (tonic calls `call` with it), or the call ends without it.
-    incomplete: Option<OwnedSemaphorePermit>,
+    /// Freed when the message has arrived (tonic calls `call` with it), or the call ends without it.
+    waiting: Option<WaitingCall>,
 }
 
 impl UnaryService<Bytes> for Unary {
@@ -220,7 +221,7 @@ impl UnaryService<Bytes> for Unary {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let core = self.core.clone();
         let path = std::mem::take(&mut self.path);
-        drop(self.incomplete.take());
+        drop(self.waiting.take());
         Box::pin(async move {
             let payload = request.into_inner();
             let (reply, answer) = oneshot::channel();

@@ -1,7 +1,8 @@
 """The gRPC port's bounds across all its connections: connections open at once (`--grpc-max-connections`, both front
 ends: one past it is closed at once, and its place comes back when one closes); on the native front end, unary calls
-whose message has not arrived (`--grpc-max-incomplete-calls`) and open streams (`--grpc-max-open-streams`): a call
-past either is answered RESOURCE_EXHAUSTED at once, naming the flag. Without them, connections times the
+whose message has not arrived (`--grpc-max-incomplete-calls`: at the limit, the one that has waited longest gives way
+to the new one, so calls that never send their message do not keep others out) and open streams
+(`--grpc-max-open-streams`: one past it is refused). Both answer RESOURCE_EXHAUSTED at once, naming the flag. Without them, connections times the
 per-connection limit of calls was open: 40 connections of 256 streams that never send a message held +220 MiB.
 The server goes on serving meanwhile."""
 
@@ -38,6 +39,7 @@ from tests.support.grpc_port import (
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
 
+SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
 MAX_CONNECTIONS = 48
 MAX_INCOMPLETE = 10
 MAX_STREAMS = 3
@@ -74,6 +76,7 @@ def _add_sub_request() -> bytes:
 
 
 def _refused(answers: dict[int, raw_grpc.RawAnswer], flag: str) -> set[int]:
+    """The streams of `answers`, each refused RESOURCE_EXHAUSTED naming `flag`."""
     for answer in answers.values():
         assert answer.status == RESOURCE_EXHAUSTED, answer
         assert flag in answer.message, answer.message
@@ -122,34 +125,32 @@ def _serving_again(proc: RuntimeProcess) -> None:
                 raise
 
 
-def test_calls_waiting_for_their_message_are_bounded_across_connections(budgeted: RuntimeProcess) -> None:
+def test_at_the_limit_the_longest_waiting_call_gives_way(budgeted: RuntimeProcess) -> None:
     native_only(budgeted)
-    per_connection = 8  # under the per-connection limit (256): only the budget across connections refuses
+    live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
+    per_connection = 8  # under the per-connection limit (256): only the budget across connections acts
     with raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as first, \
             raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as second:
-        opened = {id(c): [c.open_call(MODEL_INFER) for _ in range(per_connection)] for c in (first, second)}
-        past = 2 * per_connection - MAX_INCOMPLETE
-        refused = {id(first): set[int](), id(second): set[int]()}
-        deadline = time.monotonic() + LOADED
-        while sum(map(len, refused.values())) < past and time.monotonic() < deadline:
-            for connection in (first, second):
-                refused[id(connection)] |= _refused(connection.ended(past, 0.2), "--grpc-max-incomplete-calls")
-        assert sum(map(len, refused.values())) == past, refused
+        first_calls = [first.open_call(MODEL_INFER) for _ in range(per_connection)]
+        assert first.call(SERVER_LIVE, live).status == 0  # answered after the server has taken the 8 before it
+        second_calls = [second.open_call(MODEL_INFER) for _ in range(per_connection)]
+        # 16 calls waiting, 10 places: the first connection's 6 longest waiting gave way
+        gave_way = first.ended(2 * per_connection - MAX_INCOMPLETE, LOADED)
+        assert sorted(_refused(gave_way, "--grpc-max-incomplete-calls")) == first_calls[:6], gave_way
+        assert all("gave way" in answer.message for answer in gave_way.values())
 
-        # the budget is spent: a whole call is refused too, at once
-        with budgeted.grpc_client() as client, pytest.raises(InferenceServerException) as caught:
-            client.get_server_metadata()
-        assert caught.value.status() == "StatusCode.RESOURCE_EXHAUSTED", caught.value
-        assert "--grpc-max-incomplete-calls" in str(caught.value)
+        # with the budget full of calls that send nothing, others' calls are still answered; the next longest
+        # waiting gives way to each
+        still_serving(budgeted)
+        assert sorted(first.ended(1, LOADED)) == [first_calls[6]]
+        assert second.ended(1, 0.5) == {}
 
-        # a waiting call that sends its message is answered, and gives its permit back
-        waiting = next((c, s) for c in (first, second) for s in opened[id(c)] if s not in refused[id(c)])
-        answer = waiting[0].send(waiting[1], [_add_sub_request()])
+        # a call that waited, kept its place, and sends its message is answered
+        answer = second.send(second_calls[-1], [_add_sub_request()])
         assert answer.status == 0, answer
         output = pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents[0]
         np.testing.assert_array_equal(np.frombuffer(output, np.float32), 2 * np.arange(16, dtype=np.float32))
-        still_serving(budgeted)
-    _serving_again(budgeted)  # the closed connections' calls gave theirs back
+    _serving_again(budgeted)
 
 
 def _stream(proc: RuntimeProcess) -> list[pb.ModelStreamInferResponse]:
