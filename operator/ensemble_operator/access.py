@@ -40,6 +40,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-max-message-bytes",
     "--http-max-body-bytes",
     "--http-max-json-bytes",
+    "--http-body-timeout-secs",
     "--max-config-bytes",
     "--grpc-keepalive-time",
     "--grpc-keepalive-timeout",

@@ -78,6 +78,7 @@ class RuntimeSettings(BaseModel):
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
+    http_body_timeout_secs: PositiveFloat = 30.0  # the grace a body has past its headers (native HTTP core)
     max_config_bytes: int = 1024 * 1024
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
@@ -190,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads of the native HTTP core (--http-frontend=native)")
     p.add_argument("--http-max-body-bytes", type=int,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
+    p.add_argument("--http-body-timeout-secs", type=_positive(float),
+                   help="seconds a request body has, past its headers, to arrive, plus 1 s per 500 bytes received "
+                        "(--http-frontend=native); a body slower than that is answered 408 and its connection "
+                        "closed; default 30")
     p.add_argument("--http-max-json-bytes", type=int,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")

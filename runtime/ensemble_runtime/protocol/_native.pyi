@@ -211,7 +211,8 @@ class HttpCore:
         json: tuple[int, bytes],
         restriction: tuple[str, str, bytes] | None,
         upstream: str,
-        threads: int = 1,
+        threads: int,
+        body_grace: float,
     ) -> None: ...
     def fileno(self) -> int: ...
     def start(self, address: str, port: int) -> int: ...

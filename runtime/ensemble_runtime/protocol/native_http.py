@@ -153,13 +153,14 @@ class NativeHttpServer:
 
     def __init__(
         self, dataplane: DataPlane, app: web.Application, max_body_bytes: int, max_json_bytes: int,
-        restrictions: Restrictions | None = None, threads: int = 1,
+        restrictions: Restrictions | None = None, threads: int = 1, body_timeout_secs: float = 30.0,
     ) -> None:
         self._dp = dataplane
         self._app = app
         self._limits = body_limits(max_body_bytes, max_json_bytes)
         self._restriction = _restriction(restrictions)
         self._threads = threads
+        self._body_timeout_secs = body_timeout_secs
         self._core: HttpCore | None = None
         self._runner: web.AppRunner | None = None
         self._socket_dir: Path | None = None
@@ -172,7 +173,8 @@ class NativeHttpServer:
         upstream = self._socket_dir / "app.sock"
         self._runner = await start_http_unix(self._app, str(upstream))
         body, json = self._limits
-        self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads)
+        self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads,
+                              self._body_timeout_secs)
         bound = self._core.start(address, port)
         log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
         self._loop = asyncio.get_running_loop()

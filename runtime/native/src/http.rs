@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::http_coding::{answer_coding, compressed_body, encoded};
 use crate::http_infer::{binary_request, BinaryRequest};
+use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
 use crate::queue::WakeQueue;
@@ -65,6 +66,8 @@ pub struct HttpConfig {
     pub restriction: Option<Restriction>,
     /// The Python app's Unix socket, for everything not served here.
     pub upstream: PathBuf,
+    /// A request body's grace period ([`crate::http_pace`]).
+    pub body_grace: Duration,
 }
 
 /// An infer request waiting for the Python side.
@@ -165,11 +168,11 @@ pub fn error_body(message: &str) -> Bytes {
 enum Read {
     Whole(Bytes),
     /// Past the limit: the rest is unread.
-    TooLarge(Incoming),
-    Failed(String),
+    TooLarge(Paced<Incoming>),
+    Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
-async fn read_within(mut body: Incoming, limit: usize) -> Read {
+async fn read_within(mut body: Paced<Incoming>, limit: usize) -> Read {
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
@@ -183,7 +186,7 @@ async fn read_within(mut body: Incoming, limit: usize) -> Read {
                     chunks.push(data);
                 }
             }
-            Err(err) => return Read::Failed(err.to_string()),
+            Err(err) => return Read::Failed(err),
         }
     }
     if chunks.len() == 1 {
@@ -197,9 +200,9 @@ async fn read_within(mut body: Incoming, limit: usize) -> Read {
 /// A refusal that leaves the body unread: the body is read and dropped first (for up to [`LINGER`]; a client
 /// that waits for `100 Continue` never sends it), so a client still writing it reads the answer instead of a
 /// reset connection, which is then closed.
-async fn refuse(
+async fn refuse<B: hyper::body::Body + Unpin>(
     headers: &HeaderMap,
-    body: Incoming,
+    body: B,
     status: StatusCode,
     refusal: Bytes,
 ) -> Response<Body> {
@@ -268,18 +271,18 @@ async fn infer(
     if declared_length(&parts.headers).is_some_and(|n| n > limit.size as u64) {
         return too_large(body, limit).await;
     }
-    let body = match read_within(body, limit.size).await {
+    let body = match read_within(Paced::new(body, config.body_grace), limit.size).await {
         Read::Whole(bytes) => bytes,
-        Read::TooLarge(rest) => return too_large(rest, limit).await,
-        Read::Failed(err) => {
-            let message = format!("the request body could not be read: {err}");
-            return respond(
-                StatusCode::BAD_REQUEST,
-                JSON_CONTENT,
-                error_body(&message),
-                true,
-            );
+        Read::TooLarge(rest) => {
+            return refuse(
+                &parts.headers,
+                rest,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                limit.refusal.clone(),
+            )
+            .await
         }
+        Read::Failed(err) => return unread(err.as_ref()),
     };
     let (reply, answer) = oneshot::channel();
     let binary = binary_request(header_length.as_deref(), &body);
@@ -320,7 +323,20 @@ async fn infer(
     }
 }
 
+/// The answer to a request whose body could not be read: 408 when it did not come in time, else 400.
+fn unread(err: &(dyn std::error::Error + 'static)) -> Response<Body> {
+    let (status, message) = match too_slow(err) {
+        Some(slow) => (StatusCode::REQUEST_TIMEOUT, slow.to_string()),
+        None => (
+            StatusCode::BAD_REQUEST,
+            format!("the request body could not be read: {err}"),
+        ),
+    };
+    respond(status, JSON_CONTENT, error_body(&message), true)
+}
+
 async fn forward(config: &HttpConfig, request: Request<Incoming>) -> Response<Body> {
+    let request = request.map(|body| Paced::new(body, config.body_grace));
     let sent = async {
         let stream = tokio::net::UnixStream::connect(&config.upstream).await?;
         let (mut sender, connection) =
@@ -332,6 +348,7 @@ async fn forward(config: &HttpConfig, request: Request<Incoming>) -> Response<Bo
     };
     match sent.await {
         Ok(response) => response.map(Either::Right),
+        Err(err) if too_slow(err.as_ref()).is_some() => unread(err.as_ref()),
         Err(err) => respond(
             StatusCode::BAD_GATEWAY,
             JSON_CONTENT,

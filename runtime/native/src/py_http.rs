@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -30,16 +31,26 @@ pub struct PyHttpCore {
 #[pymethods]
 impl PyHttpCore {
     /// `body`, `json`: (limit in bytes, the 413 body refusing more); `restriction`: (header, value, the 403
-    /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else.
+    /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else;
+    /// `body_grace`: seconds a request body has past its headers, before its pace counts (crate::http_pace).
     #[new]
-    #[pyo3(signature = (body, json, restriction, upstream, threads = 1))]
+    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace))]
     fn new(
         body: (usize, Vec<u8>),
         json: (usize, Vec<u8>),
         restriction: Option<(String, String, Vec<u8>)>,
         upstream: PathBuf,
         threads: usize,
+        body_grace: f64,
     ) -> PyResult<Self> {
+        let body_grace = Duration::try_from_secs_f64(body_grace)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "body_grace must be a positive number of seconds, not {body_grace}"
+                ))
+            })?;
         let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
             size,
             refusal: Bytes::from(refusal),
@@ -53,6 +64,7 @@ impl PyHttpCore {
                 refusal: Bytes::from(refusal),
             }),
             upstream,
+            body_grace,
         };
         Ok(Self {
             core: Arc::new(HttpCore::new(config)?),
