@@ -22,6 +22,7 @@ from ensemble_runtime.protocol._native import answer_coding
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
+from ensemble_runtime.protocol.server_header import product_only
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Category, Restrictions
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
@@ -247,7 +248,7 @@ def build_http_app(
             app.router.add_get(path, handler)
         else:
             app.router.add_route(method, path, handler)
-    return app
+    return product_only(app)
 
 
 async def start_http(app: web.Application, host: str, port: int, access_log: bool = False) -> web.AppRunner:

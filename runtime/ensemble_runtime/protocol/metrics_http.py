@@ -5,6 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ensemble_runtime.protocol.server_header import product_only
+
 
 def build_metrics_app(registry: CollectorRegistry) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
@@ -13,4 +15,4 @@ def build_metrics_app(registry: CollectorRegistry) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    return app
+    return product_only(app)

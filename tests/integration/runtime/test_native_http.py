@@ -1,7 +1,7 @@
 """The native HTTP front end (--http-frontend=native, the default) against a real runtime process with real
 clients. Each answer is compared with what the aiohttp front end gives to the same bytes, from a second process
-over the same repository. The infer endpoint is answered by the core (no `Server: ... aiohttp` header), and every
-other route is forwarded to the aiohttp app (which names itself). ENSEMBLE_TEST_HTTP_FRONTEND=aiohttp runs the
+over the same repository. The infer endpoint is answered by the core (no `Server` header), and every other route is
+forwarded to the aiohttp app (whose answers name the product in one, and no versions). ENSEMBLE_TEST_HTTP_FRONTEND=aiohttp runs the
 other runtime tests on aiohttp."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _same(servers: dict[str, RuntimeProcess], method: str, path: str, body: byte
 
 
 def _answered_by_core(answer: Answer) -> bool:
-    return "aiohttp" not in answer[1].get("server", "")
+    return "server" not in answer[1]  # the app's answers name the product in one
 
 
 @pytest.mark.parametrize(("binary", "outputs_binary"), [(False, False), (True, False), (True, True)])
@@ -256,6 +256,30 @@ def test_a_silent_client_does_not_hold_the_port(servers: dict[str, RuntimeProces
     finally:
         for conn in idle:
             conn.close()
+
+
+@pytest.mark.parametrize("frontend", ["native", "aiohttp"])
+def test_no_answer_names_the_software_or_its_version(servers: dict[str, RuntimeProcess], frontend: str) -> None:
+    # aiohttp's own Server header is "Python/3.11 aiohttp/3.x.y"
+    proc = servers[frontend]
+    body, headers = _infer_body(True)
+    answers = [
+        _call(proc, "POST", "/v2/models/add_sub/infer", body, headers),  # the core's, on the native front end
+        _call(proc, "GET", "/v2/models/add_sub"),  # forwarded to the app there
+        _call(proc, "GET", "/v2/nowhere"),
+        _call(proc, "POST", "/v2/models/add_sub/infer", b"{", {"Content-Type": "application/json"}),  # restricted
+    ]
+    conn = http.client.HTTPConnection("127.0.0.1", proc.metrics_port, timeout=60)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        response.read()
+        answers.append((response.status, {k.lower(): v for k, v in response.getheaders()}, b""))
+    finally:
+        conn.close()
+    assert [a[0] for a in answers] == [200, 200, 404, 403, 200], [a[:2] for a in answers]
+    for answer in answers:
+        assert answer[1].get("server", "ensemble-runtime") == "ensemble-runtime", answer[1]
 
 
 def test_the_apps_socket_is_private_and_removed_at_exit(repository: Path) -> None:
