@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -17,7 +16,7 @@ use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
-use crate::py_serving::{lock, Serving};
+use crate::py_serving::{lock, positive_seconds, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{serve, Core, Reply, Work, MODEL_INFER};
@@ -50,20 +49,10 @@ impl GrpcCore {
         max_incomplete_calls: usize,
         max_open_streams: usize,
     ) -> PyResult<Self> {
-        let seconds = |name: &str, value: f64| {
-            Duration::try_from_secs_f64(value)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "{name} must be a positive number of seconds, not {value}"
-                    ))
-                })
-        };
         let limits = ConnectionLimits {
-            handshake: seconds("handshake_timeout", handshake_timeout)?,
-            keepalive_time: seconds("keepalive_time", keepalive_time)?,
-            keepalive_timeout: seconds("keepalive_timeout", keepalive_timeout)?,
+            handshake: positive_seconds("handshake_timeout", handshake_timeout)?,
+            keepalive_time: positive_seconds("keepalive_time", keepalive_time)?,
+            keepalive_timeout: positive_seconds("keepalive_timeout", keepalive_timeout)?,
             max_concurrent_streams,
             max_connections,
         };

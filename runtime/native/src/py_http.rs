@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
@@ -16,7 +15,7 @@ use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
 use crate::py_buffers::Contiguous;
 use crate::py_request::WireBuffer;
-use crate::py_serving::{lock, Serving};
+use crate::py_serving::{lock, positive_seconds, Serving};
 
 #[pyclass(
     name = "HttpCore",
@@ -43,14 +42,7 @@ impl PyHttpCore {
         threads: usize,
         body_grace: f64,
     ) -> PyResult<Self> {
-        let body_grace = Duration::try_from_secs_f64(body_grace)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "body_grace must be a positive number of seconds, not {body_grace}"
-                ))
-            })?;
+        let body_grace = positive_seconds("body_grace", body_grace)?;
         let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
             size,
             refusal: Bytes::from(refusal),

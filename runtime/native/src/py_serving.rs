@@ -11,6 +11,18 @@ use pyo3::prelude::*;
 use crate::idle_policy::{self, InFlight};
 use crate::running::Running;
 
+/// `value` seconds as a duration, or ValueError naming `name` unless it is a positive number of seconds.
+pub fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{name} must be a positive number of seconds, not {value}"
+            ))
+        })
+}
+
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
