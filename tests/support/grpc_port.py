@@ -4,9 +4,7 @@ serves."""
 
 from __future__ import annotations
 
-import select
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,11 +15,11 @@ import pytest
 from tritonclient.grpc import InferInput
 
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sockets import LOADED
 
 FRONTENDS = ["native", "grpcio"]
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
-LOADED = 30.0  # how late an answer or a close may come on a loaded 2-core machine
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -39,26 +37,10 @@ def native_only(proc: RuntimeProcess) -> None:
         pytest.skip("the native front end's limit (grpcio's front end has none)")
 
 
-def connect(proc: RuntimeProcess) -> socket.socket:
+def connect(proc: RuntimeProcess, source: str = "") -> socket.socket:
+    """A connection to the gRPC port from `source` (a loopback address; "": the system's choice)."""
     host, _, port = proc.grpc_url.rpartition(":")
-    return socket.create_connection((host, int(port)), timeout=LOADED)
-
-
-def wait_closed(sock: socket.socket, timeout: float) -> bytes:
-    """Everything the server sends until it closes `sock`; AssertionError if it has not within `timeout`."""
-    received = bytearray()
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        if not select.select([sock], [], [], left)[0]:
-            break
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionError:
-            return bytes(received)
-        if not chunk:
-            return bytes(received)
-        received += chunk
-    raise AssertionError(f"the connection is still open after {timeout} s")
+    return socket.create_connection((host, int(port)), timeout=LOADED, source_address=(source, 0))
 
 
 def bodiless_calls(count: int, method: str = MODEL_INFER) -> bytes:

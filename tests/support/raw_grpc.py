@@ -14,6 +14,7 @@ from urllib.parse import unquote
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 
 
@@ -40,10 +41,11 @@ def call(address: str, method: str, frames: Sequence[bytes], headers: Sequence[t
 class RawConnection:
     """One HTTP/2 connection to `address`, opened (preface and SETTINGS sent) on entering; calls one at a time."""
 
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, timeout: float = 30.0, source: str = "") -> None:
+        """`source`: the local address to connect from (any loopback address on Linux; "": the system's choice)."""
         self.address = address
         host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout, source_address=(source, 0))
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
 
     def __enter__(self) -> RawConnection:
@@ -93,6 +95,11 @@ class RawConnection:
                                                          unquote(got.get("grpc-message", "")), b"", got)
             self.sock.sendall(self.conn.data_to_send())
         return answers
+
+    def cancel(self, stream: int) -> None:
+        """Ends a call from the client's side (RST_STREAM, CANCEL)."""
+        self.conn.reset_stream(stream, error_code=h2.errors.ErrorCodes.CANCEL)
+        self.sock.sendall(self.conn.data_to_send())
 
     def idle(self, seconds: float) -> int:
         """Reads for `seconds` without calling, acknowledging what the server sends (h2 answers PINGs); returns

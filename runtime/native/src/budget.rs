@@ -7,14 +7,21 @@
 //!
 //! When the unary calls waiting for their message are at the limit, the one that has waited longest gives way to
 //! the new one (answered RESOURCE_EXHAUSTED): a peer that fills the budget with calls that never send their
-//! message does not keep others' calls out, whose messages follow their HEADERS at once. A stream past its limit
-//! is refused (RESOURCE_EXHAUSTED); a stream that has sent messages is not one to end for a newcomer.
+//! message does not keep others' calls out, whose messages follow their HEADERS at once. Streams are shared among
+//! the addresses that open them (crate::fair_share): at the limit, the quietest stream of an address holding more
+//! than its share gives way to a stream from another address (RESOURCE_EXHAUSTED), and a newcomer whose address
+//! holds its share is refused (RESOURCE_EXHAUSTED). Not by age: a stream between a sequence's requests is quiet,
+//! and one that sends a message now and then is cheap to keep, so the age of a stream says nothing of its holder.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::task::Context;
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 use tonic::Status;
+
+use crate::fair_share::{FairShare, Heard, Place};
 
 /// What the calls may hold at once, and the flags that set it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,11 +32,11 @@ pub struct CallLimits {
     pub open_streams: usize,
 }
 
-/// The calls waiting for their message, oldest first, and one permit per open stream.
+/// The calls waiting for their message, oldest first, and the open streams' places.
 pub struct CallBudget {
     limits: CallLimits,
     waiting: Arc<Mutex<Waiting>>,
-    streams: Arc<Semaphore>,
+    streams: FairShare,
 }
 
 #[derive(Default)]
@@ -82,9 +89,7 @@ impl CallBudget {
         Self {
             limits,
             waiting: Arc::default(),
-            streams: Arc::new(Semaphore::new(
-                limits.open_streams.min(Semaphore::MAX_PERMITS),
-            )),
+            streams: FairShare::new(limits.open_streams),
         }
     }
 
@@ -112,14 +117,47 @@ impl CallBudget {
         (call, give_way)
     }
 
-    /// A permit held by a streaming call for as long as it is open.
-    pub fn open_stream(&self) -> Result<OwnedSemaphorePermit, Status> {
-        self.streams.clone().try_acquire_owned().map_err(|_| {
-            refusal(
+    /// A place held by a streaming call from `peer` for as long as it is open, or until it is told to give way.
+    pub fn open_stream(&self, peer: Option<IpAddr>) -> Result<OpenStream, Status> {
+        match self.streams.admit(peer) {
+            Some(place) => Ok(OpenStream {
+                place,
+                limit: self.limits.open_streams,
+            }),
+            None => Err(refusal(
                 "open streams",
                 self.limits.open_streams,
                 "--grpc-max-open-streams",
-            )
+            )),
+        }
+    }
+}
+
+/// An open stream's place in the budget.
+pub struct OpenStream {
+    place: Place,
+    limit: usize,
+}
+
+impl OpenStream {
+    /// Notes that a message has passed on the stream (it is not quiet).
+    pub fn heard(&self) {
+        self.place.heard();
+    }
+
+    /// What notes it from the stream's reader task.
+    pub fn hearing(&self) -> Heard {
+        self.place.hearing()
+    }
+
+    /// The status that ends the stream, once it must give way to a stream from another address.
+    pub fn poll_given_way(&mut self, cx: &mut Context<'_>) -> Option<Status> {
+        self.place.poll_given_way(cx).then(|| {
+            Status::resource_exhausted(format!(
+                "too many open streams: the server holds at most {} (--grpc-max-open-streams), and this one, the \
+                 quietest of the address holding the most, gave way to a stream from another address",
+                self.limit
+            ))
         })
     }
 }
@@ -176,30 +214,55 @@ mod tests {
         assert!(waited.await.is_err());
     }
 
+    fn address(last: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, last]))
+    }
+
     #[test]
     fn streams_past_the_limit_are_refused_until_one_ends() {
         let budget = CallBudget::new(CallLimits {
             incomplete_calls: 1,
             open_streams: 1,
         });
-        let stream = budget.open_stream().unwrap();
-        let refused = budget.open_stream().unwrap_err();
+        let stream = budget.open_stream(address(1)).unwrap();
+        let refused = budget.open_stream(address(1)).err().unwrap();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(refused
             .message()
             .contains("too many open streams: the server holds at most 1 "));
         assert!(refused.message().contains("--grpc-max-open-streams"));
         drop(stream);
-        assert!(budget.open_stream().is_ok());
+        assert!(budget.open_stream(address(1)).is_ok());
     }
 
     #[test]
-    fn a_limit_past_what_a_semaphore_holds_is_its_most() {
+    fn at_the_limit_an_address_holding_more_than_its_share_gives_up_a_stream() {
+        let budget = CallBudget::new(CallLimits {
+            incomplete_calls: 1,
+            open_streams: 2,
+        });
+        let mut first = budget.open_stream(address(1)).unwrap();
+        let mut second = budget.open_stream(address(1)).unwrap();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut other = budget.open_stream(address(2)).unwrap();
+        let status = first.poll_given_way(&mut cx).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains(
+            "at most 2 (--grpc-max-open-streams), and this one, the quietest of the address holding the most, \
+             gave way to a stream from another address"
+        ));
+        assert!(second.poll_given_way(&mut cx).is_none());
+        assert!(other.poll_given_way(&mut cx).is_none());
+        assert!(budget.open_stream(address(2)).is_err()); // one each
+    }
+
+    #[test]
+    fn a_limit_of_any_size_is_taken() {
         let budget = CallBudget::new(CallLimits {
             incomplete_calls: usize::MAX,
             open_streams: usize::MAX,
         });
         let _ = budget.incomplete_call();
-        assert!(budget.open_stream().is_ok());
+        assert!(budget.open_stream(None).is_ok());
     }
 }

@@ -14,7 +14,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Sleep;
 use tonic::transport::server::Connected;
 
@@ -34,9 +33,10 @@ pub struct ConnectionLimits {
     /// Calls open at once on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): gRPC clients queue the
     /// others; a stream past it is refused (REFUSED_STREAM).
     pub max_concurrent_streams: u32,
-    /// Connections open at once: one accepted past it is closed at once. A connection keeps what its busiest
-    /// moment took (~0.7 KiB per call it had open at once, up to `max_concurrent_streams`), so this bounds what
-    /// connections alone can hold.
+    /// Connections open at once: past it, one is closed (crate::fair_share says which: the newcomer, or the
+    /// quietest of an address holding more than its share). A connection keeps what its busiest moment took
+    /// (~0.7 KiB per call it had open at once, up to `max_concurrent_streams`), so this bounds what connections
+    /// alone can hold.
     pub max_connections: usize,
 }
 
@@ -57,8 +57,6 @@ pub struct Deadlined<T> {
     head: Vec<u8>,
     /// Bytes of the first frame's payload still to come, once `head` is whole.
     payload_left: usize,
-    /// The connection's place among those open at once, given back when it closes.
-    _place: Option<OwnedSemaphorePermit>,
 }
 
 impl<T> Deadlined<T> {
@@ -68,14 +66,7 @@ impl<T> Deadlined<T> {
             deadline: Some(Box::pin(tokio::time::sleep(within))),
             head: Vec::with_capacity(HEAD),
             payload_left: 0,
-            _place: None,
         }
-    }
-
-    /// The connection holds `place` until it closes.
-    pub fn holding(mut self, place: OwnedSemaphorePermit) -> Self {
-        self._place = Some(place);
-        self
     }
 
     /// Counts `read` (bytes just received) against the handshake; true once it is complete.

@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod codings;
+pub mod fair_share;
 pub mod grpc_plain;
 pub mod handshake;
 pub mod http;
@@ -15,6 +16,7 @@ pub mod http_reply;
 pub mod idle_policy;
 pub mod inflate;
 pub mod messages;
+pub mod placed;
 pub mod queue;
 pub mod restrict;
 pub mod running;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{
@@ -18,14 +18,16 @@ use tonic::codec::{
 };
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::{Response, Status};
 
 use crate::budget::{CallBudget, CallLimits, WaitingCall};
+use crate::fair_share::FairShare;
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
+use crate::placed::Placed;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
 use crate::running::Running;
@@ -128,7 +130,12 @@ impl Core {
         // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
         // unary call until its message has arrived (or it is told to give way to a newer one).
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
-            let open = match self.budget.open_stream() {
+            let peer = request
+                .extensions()
+                .get::<TcpConnectInfo>()
+                .and_then(TcpConnectInfo::remote_addr)
+                .map(|address| address.ip());
+            let open = match self.budget.open_stream(peer) {
                 Ok(permit) => permit,
                 Err(status) => return status.into_http(),
             };
@@ -345,16 +352,19 @@ pub fn serve(
 ) -> std::io::Result<GrpcRunning> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
-    let places = Arc::new(Semaphore::new(
-        limits.max_connections.min(Semaphore::MAX_PERMITS),
-    ));
+    let connections = FairShare::new(limits.max_connections);
     let incoming = TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?)
         .with_nodelay(Some(true))
         .filter_map(move |accepted| match accepted {
-            Ok(tcp) => match places.clone().try_acquire_owned() {
-                Ok(place) => Some(Ok(Deadlined::new(tcp, limits.handshake).holding(place))),
-                Err(_) => None, // over the limit: dropped, so closed
-            },
+            Ok(tcp) => {
+                let peer = tcp.peer_addr().ok().map(|address| address.ip());
+                // the port full and this one not owed a place: dropped, so closed
+                let place = connections.admit(peer)?;
+                Some(Ok(Deadlined::new(
+                    Placed::new(tcp, place),
+                    limits.handshake,
+                )))
+            }
             Err(error) => Some(Err(error)),
         });
     let (shutdown, signal) = oneshot::channel::<()>();

@@ -14,12 +14,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::codegen::BoxFuture;
 use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::budget::OpenStream;
+use crate::fair_share::Heard;
 use crate::service::{as_grpcio_answers, Core, Work};
 
 /// How many response messages of one stream wait in the core for HTTP/2 to take them.
@@ -93,8 +95,8 @@ impl StreamIds {
 pub struct StreamHandler {
     pub core: Arc<Core>,
     pub path: String,
-    /// The stream's permit of the budget across connections, held by its responses (crate::budget).
-    pub open: Option<OwnedSemaphorePermit>,
+    /// The stream's place in the budget across connections, held by its responses (crate::budget).
+    pub open: Option<OpenStream>,
 }
 
 /// The responses going out; dropping it (the stream is over, or the client went away) tells the reader task.
@@ -105,7 +107,8 @@ pub struct Responses {
     end: Option<oneshot::Receiver<Status>>,
     blocked: Arc<AtomicBool>,
     _gone: oneshot::Sender<()>,
-    _open: Option<OwnedSemaphorePermit>,
+    /// Noted as each message goes out; told to give way, the stream ends with its status.
+    open: Option<OpenStream>,
 }
 
 impl Stream for Responses {
@@ -113,10 +116,19 @@ impl Stream for Responses {
 
     /// The next message (polled only as HTTP/2 has room for it), then the ending status if there is one.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(status) = self.open.as_mut().and_then(|open| open.poll_given_way(cx)) {
+            self.open = None;
+            self.end = None;
+            self.messages.close();
+            return Poll::Ready(Some(Err(status)));
+        }
         match self.messages.poll_recv(cx) {
             Poll::Ready(Some(message)) => {
                 if self.blocked.swap(false, Ordering::SeqCst) {
                     self.core.queue.push(Work::StreamWritable(self.id));
+                }
+                if let Some(open) = self.open.as_ref() {
+                    open.heard();
                 }
                 return Poll::Ready(Some(Ok(message)));
             }
@@ -163,12 +175,14 @@ impl StreamingService<Bytes> for StreamHandler {
                 want: want.clone(),
             };
             core.queue.push(Work::StreamOpen(link));
+            let hearing = open.as_ref().map(OpenStream::hearing);
             tokio::spawn(read_frames(
                 core.clone(),
                 id,
                 request.into_inner(),
                 want,
                 gone,
+                hearing,
             ));
             Ok(Response::new(Responses {
                 id,
@@ -177,19 +191,21 @@ impl StreamingService<Bytes> for StreamHandler {
                 end: Some(end),
                 blocked,
                 _gone: gone_tx,
-                _open: open,
+                open,
             }))
         })
     }
 }
 
-/// Reads a frame per permit until the requests end; says when the client is gone; stops when `want` closes.
+/// Reads a frame per permit until the requests end (noting each with `hearing`); says when the client is gone;
+/// stops when `want` closes.
 async fn read_frames(
     core: Arc<Core>,
     id: u64,
     mut inbound: Streaming<Bytes>,
     want: Arc<Semaphore>,
     mut gone: oneshot::Receiver<()>,
+    hearing: Option<Heard>,
 ) {
     let mut reading = true;
     loop {
@@ -204,6 +220,9 @@ async fn read_frames(
                 permit.forget();
                 let frame = inbound.message().await.map_err(|status| as_grpcio_answers(&status).unwrap_or(status));
                 reading = matches!(frame, Ok(Some(_)));
+                if let Some(hearing) = hearing.as_ref() {
+                    hearing.now();
+                }
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
             }
         }

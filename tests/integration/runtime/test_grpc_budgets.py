@@ -1,5 +1,7 @@
 """The gRPC port's bounds across all its connections: connections open at once (`--grpc-max-connections`, both front
-ends: one past it is closed at once, and its place comes back when one closes); on the native front end, unary calls
+ends: one past it is closed at once, and its place comes back when one closes; on the native front end a newcomer
+from an address holding fewer than another takes a place from that other's quietest connection, so one address
+cannot keep the others out); on the native front end, unary calls
 whose message has not arrived (`--grpc-max-incomplete-calls`: at the limit, the one that has waited longest gives way
 to the new one, so calls that never send their message do not keep others out) and open streams
 (`--grpc-max-open-streams`: one past it is refused). Both answer RESOURCE_EXHAUSTED at once, naming the flag. Without them, connections times the
@@ -34,10 +36,10 @@ from tests.support.grpc_port import (
     native_only,
     serving,
     still_serving,
-    wait_closed,
 )
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sockets import is_open, wait_closed
 
 SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
 MAX_CONNECTIONS = 48
@@ -95,6 +97,37 @@ def test_connections_past_the_limit_are_closed_at_once(budgeted: RuntimeProcess)
         assert time.monotonic() - start < LOADED
         held.pop().close()  # its place comes back once the server has seen the close
         held.append(_place(budgeted, time.monotonic() + LOADED))
+    finally:
+        for sock in held:
+            sock.close()
+    _serving_again(budgeted)
+
+
+def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProcess) -> None:
+    """The native port full of one address's connections: another from it is closed, but one from a second address
+    is kept and served, and the first address's quietest connection (the oldest: none has sent since its SETTINGS)
+    gives way; a third address then takes the next; the first address's other connections stay, and one more from it
+    is still closed."""
+    native_only(budgeted)
+    live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
+    held: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + LOADED
+        for _ in range(MAX_CONNECTIONS):
+            held.append(_place(budgeted, deadline))
+        with connect(budgeted) as past:
+            wait_closed(past, LOADED)
+        with raw_grpc.RawConnection(budgeted.grpc_url, LOADED, source="127.0.0.2") as second, \
+                raw_grpc.RawConnection(budgeted.grpc_url, LOADED, source="127.0.0.3") as third:
+            assert second.call(SERVER_LIVE, live).status == 0
+            wait_closed(held[0], LOADED)
+            assert third.call(SERVER_LIVE, live).status == 0
+            wait_closed(held[1], LOADED)
+            assert all(is_open(sock) for sock in held[2:])
+            with connect(budgeted) as past:
+                wait_closed(past, LOADED)
+            assert second.call(SERVER_LIVE, live).status == 0
+            assert all(is_open(sock) for sock in held[2:])
     finally:
         for sock in held:
             sock.close()
@@ -187,6 +220,42 @@ def test_open_streams_are_bounded_across_connections(budgeted: RuntimeProcess) -
     assert [r.error_message for r in responses] == [""]
     output = responses[0].infer_response.raw_output_contents[0]
     np.testing.assert_array_equal(np.frombuffer(output, np.float32), 2 * np.arange(16, dtype=np.float32))
+
+
+def test_streams_one_address_fills_give_way_to_another_addresss(budgeted: RuntimeProcess) -> None:
+    """All the stream places held by one address's bodiless streams: a stream from another address is served, and
+    one of the first address's ends RESOURCE_EXHAUSTED, saying it gave way; the others stay open."""
+    native_only(budgeted)
+    with raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as hog:
+        held = _fill_stream_places(hog)
+        with raw_grpc.RawConnection(budgeted.grpc_url, LOADED, source="127.0.0.2") as other:
+            answer = other.call(MODEL_STREAM_INFER, [_add_sub_request()])
+        assert answer.status == 0, answer
+        response = pb.ModelStreamInferResponse.FromString(answer.data[5:])
+        assert response.error_message == ""
+        output = np.frombuffer(response.infer_response.raw_output_contents[0], np.float32)
+        np.testing.assert_array_equal(output, 2 * np.arange(16, dtype=np.float32))
+        gave_way = hog.ended(1, LOADED)
+        assert len(_refused(gave_way, "--grpc-max-open-streams")) == 1 and set(gave_way) <= held, gave_way
+        assert all("the quietest of the address holding the most, gave way" in answer.message
+                   for answer in gave_way.values())
+        assert hog.ended(1, 1.0) == {}  # the others stay
+    _serving_again(budgeted)
+
+
+def _fill_stream_places(connection: raw_grpc.RawConnection) -> set[int]:
+    """Bodiless streams on `connection` holding every stream place: one more than the places is opened until exactly
+    one is refused (more are while streams an earlier test closed still hold theirs)."""
+    deadline = time.monotonic() + LOADED
+    while True:
+        opened = {connection.open_call(MODEL_STREAM_INFER) for _ in range(MAX_STREAMS + 1)}
+        refused = _refused(connection.ended(1, LOADED), "--grpc-max-open-streams")
+        refused |= _refused(connection.ended(MAX_STREAMS + 1, 0.5), "--grpc-max-open-streams")
+        if len(refused) == 1:
+            return opened - refused
+        assert time.monotonic() < deadline, "no places for streams"
+        for stream in opened - refused:
+            connection.cancel(stream)
 
 
 def test_bodiless_streams_across_many_connections_hold_what_the_budget_allows(budgeted: RuntimeProcess) -> None:

@@ -33,10 +33,10 @@ from tests.support.grpc_port import (
     native_only,
     serving,
     still_serving,
-    wait_closed,
 )
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sockets import wait_closed
 
 HANDSHAKE_SECS = 2.0
 MAX_STREAMS = 8  # on the handshaking servers

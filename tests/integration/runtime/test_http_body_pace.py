@@ -18,6 +18,7 @@ import pytest
 from tritonclient.http import InferenceServerClient, InferInput
 
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sockets import wait_closed
 
 GRACE = 2.0
 LOADED = 30.0  # how late an answer may come on a loaded 2-core machine
@@ -40,21 +41,6 @@ def _connect(proc: RuntimeProcess) -> socket.socket:
 def _head(path: str, length: int) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {length}\r\n\r\n").encode()
-
-
-def _until_closed(sock: socket.socket, timeout: float) -> bytes:
-    """What the server sends until it closes `sock`; AssertionError if it has not within `timeout`."""
-    received = bytearray()
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0 and select.select([sock], [], [], left)[0]:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionError:
-            break
-        if not chunk:
-            return bytes(received)
-        received += chunk
-    raise AssertionError(f"still open after {timeout} s; received {bytes(received)!r}")
 
 
 def _timed_out(answer: bytes) -> None:
@@ -81,7 +67,7 @@ def test_a_body_that_never_comes_is_answered_408_at_the_grace(paced: RuntimeProc
     start = time.monotonic()
     with _connect(paced) as sock:
         sock.sendall(_head(PATHS[route], 100))
-        answer = _until_closed(sock, GRACE + LOADED)
+        answer = wait_closed(sock, GRACE + LOADED)
     took = time.monotonic() - start
     _timed_out(answer)
     assert took >= GRACE - 0.1, f"answered after {took:.2f} s, before the grace"
@@ -98,7 +84,7 @@ def test_a_dripping_body_is_answered_408(paced: RuntimeProcess, route: str) -> N
             sock.sendall(b" ")  # whitespace: valid JSON so far, whatever arrives
             sent += 1
             time.sleep(0.25)  # the drip itself: 100 bytes over 25 s against a 2 s grace and 500 B/s
-        answer = _until_closed(sock, LOADED)
+        answer = wait_closed(sock, LOADED)
     assert sent < length - 1, f"the whole body went through: {answer!r}"
     _timed_out(answer)
     _still_serving(paced)
