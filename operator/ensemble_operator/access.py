@@ -41,6 +41,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--http-max-body-bytes",
     "--http-max-json-bytes",
     "--http-body-timeout-secs",
+    "--http-max-connections",
     "--max-config-bytes",
     "--grpc-keepalive-time",
     "--grpc-keepalive-timeout",

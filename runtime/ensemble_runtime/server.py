@@ -166,7 +166,8 @@ class Server:
             if s.http_frontend == HttpFrontend.NATIVE:
                 self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
                                                      s.http_restrictions(), threads=s.http_native_threads,
-                                                     body_timeout_secs=s.http_body_timeout_secs)
+                                                     body_timeout_secs=s.http_body_timeout_secs,
+                                                     max_connections=s.http_max_connections)
                 await self._native_http.start(s.http_address, s.http_port)
             else:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))

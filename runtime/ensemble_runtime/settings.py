@@ -79,6 +79,7 @@ class RuntimeSettings(BaseModel):
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     http_body_timeout_secs: PositiveFloat = 30.0  # the grace a body has past its headers (native HTTP core)
+    http_max_connections: int = Field(default=1024, gt=0, lt=2**63)  # native HTTP core
     max_config_bytes: int = 1024 * 1024
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
@@ -174,15 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "--grpc-frontend=native): gRPC clients queue the others; default 256 (Triton sets none, so "
                         "one connection may hold any number of calls that never send their message)")
     p.add_argument("--grpc-max-connections", type=_positive(int, below=2**63),
-                   help="gRPC connections open at once (both front ends): one accepted past it is closed at once; "
-                        "default 1024")
+                   help="gRPC connections open at once (both front ends): past it, the new one is closed at once "
+                        "or, on the native front end, when another address holds at least two more than the new "
+                        "one's, that address's quietest connection is; default 1024")
     p.add_argument("--grpc-max-incomplete-calls", type=_positive(int, below=2**63),
                    help="unary gRPC calls, across all connections, whose request message has not arrived in full "
                         "(--grpc-frontend=native): at the limit, the one that has waited longest gives way to a new "
                         "one (RESOURCE_EXHAUSTED); default 4096")
     p.add_argument("--grpc-max-open-streams", type=_positive(int, below=2**63),
                    help="streaming gRPC calls (ModelStreamInfer, health Watch) open at once across all connections "
-                        "(--grpc-frontend=native): one past it is refused RESOURCE_EXHAUSTED; default 2048")
+                        "(--grpc-frontend=native): past it, the new one is refused RESOURCE_EXHAUSTED or, when "
+                        "another address holds at least two more than the new one's, that address's quietest stream "
+                        "ends RESOURCE_EXHAUSTED; default 2048")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "
@@ -195,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request body has, past its headers, to arrive, plus 1 s per 500 bytes received "
                         "(--http-frontend=native); a body slower than that is answered 408 and its connection "
                         "closed; default 30")
+    p.add_argument("--http-max-connections", type=_positive(int, below=2**63),
+                   help="HTTP connections open at once (--http-frontend=native): past it, the new one is closed at "
+                        "once or, when another address holds at least two more than the new one's, that address's "
+                        "quietest connection is; default 1024")
     p.add_argument("--http-max-json-bytes", type=int,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")

@@ -154,6 +154,7 @@ class NativeHttpServer:
     def __init__(
         self, dataplane: DataPlane, app: web.Application, max_body_bytes: int, max_json_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, body_timeout_secs: float = 30.0,
+        max_connections: int = 1024,
     ) -> None:
         self._dp = dataplane
         self._app = app
@@ -161,6 +162,7 @@ class NativeHttpServer:
         self._restriction = _restriction(restrictions)
         self._threads = threads
         self._body_timeout_secs = body_timeout_secs
+        self._max_connections = max_connections
         self._core: HttpCore | None = None
         self._runner: web.AppRunner | None = None
         self._socket_dir: Path | None = None
@@ -174,7 +176,7 @@ class NativeHttpServer:
         self._runner = await start_http_unix(self._app, str(upstream))
         body, json = self._limits
         self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads,
-                              self._body_timeout_secs)
+                              self._body_timeout_secs, self._max_connections)
         bound = self._core.start(address, port)
         log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
         self._loop = asyncio.get_running_loop()

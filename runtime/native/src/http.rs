@@ -24,11 +24,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::oneshot;
 
+use crate::fair_share::FairShare;
 use crate::http_coding::{answer_coding, compressed_body, encoded};
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
+use crate::placed::Placed;
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
@@ -68,6 +70,8 @@ pub struct HttpConfig {
     pub upstream: PathBuf,
     /// A request body's grace period ([`crate::http_pace`]).
     pub body_grace: Duration,
+    /// Connections open at once, shared among the addresses that open them ([`crate::fair_share`]).
+    pub max_connections: usize,
 }
 
 /// An infer request waiting for the Python side.
@@ -382,16 +386,20 @@ pub fn serve(
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (shutdown, mut signal) = oneshot::channel::<()>();
+    let places = FairShare::new(core.config.max_connections);
     let done = runtime.spawn(async move {
         let graceful = GracefulShutdown::new();
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else {
+                    let Ok((stream, peer)) = accepted else {
                         tokio::time::sleep(Duration::from_millis(20)).await; // out of descriptors: let some close
                         continue;
                     };
-                    let _ = stream.set_nodelay(true);
+                    // all places taken and this one not owed one: dropped, so closed
+                    let Some(place) = places.admit(Some(peer.ip())) else { continue };
+                    let stream = Placed::new(stream, place);
+                    let _ = stream.get_ref().set_nodelay(true);
                     let core = core.clone();
                     let service = hyper::service::service_fn(move |request| handle(core.clone(), request));
                     let connection = hyper::server::conn::http1::Builder::new()

@@ -31,9 +31,10 @@ pub struct PyHttpCore {
 impl PyHttpCore {
     /// `body`, `json`: (limit in bytes, the 413 body refusing more); `restriction`: (header, value, the 403
     /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else;
-    /// `body_grace`: seconds a request body has past its headers, before its pace counts (crate::http_pace).
+    /// `body_grace`: seconds a request body has past its headers, before its pace counts (crate::http_pace);
+    /// `max_connections`: connections open at once (crate::fair_share).
     #[new]
-    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace))]
+    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace, max_connections))]
     fn new(
         body: (usize, Vec<u8>),
         json: (usize, Vec<u8>),
@@ -41,6 +42,7 @@ impl PyHttpCore {
         upstream: PathBuf,
         threads: usize,
         body_grace: f64,
+        max_connections: usize,
     ) -> PyResult<Self> {
         let body_grace = positive_seconds("body_grace", body_grace)?;
         let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
@@ -57,6 +59,7 @@ impl PyHttpCore {
             }),
             upstream,
             body_grace,
+            max_connections,
         };
         Ok(Self {
             core: Arc::new(HttpCore::new(config)?),

@@ -72,6 +72,11 @@ def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
                                                           max_open_streams=7)
 
 
+def test_http_max_connections_defaults_to_1024() -> None:
+    assert RuntimeSettings().http_max_connections == 1024
+    assert parse_settings(["--http-max-connections=3"]).http_max_connections == 3
+
+
 @pytest.mark.parametrize("argv", [
     ["--grpc-keepalive-time=0"], ["--grpc-keepalive-time=-5"], ["--grpc-keepalive-time=1.5"],
     ["--grpc-keepalive-timeout=abc"], ["--grpc-handshake-timeout-secs=0"], ["--grpc-handshake-timeout-secs=nan"],
@@ -79,7 +84,8 @@ def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
     ["--grpc-max-concurrent-streams=0"], ["--grpc-max-concurrent-streams=2147483648"],
     ["--grpc-max-connections=0"], ["--grpc-max-connections=1.5"], ["--grpc-max-incomplete-calls=-1"],
     ["--grpc-max-incomplete-calls=9223372036854775808"], ["--grpc-max-open-streams=0"],
-    ["--grpc-max-open-streams=many"],
+    ["--grpc-max-open-streams=many"], ["--http-max-connections=0"], ["--http-max-connections=-3"],
+    ["--http-max-connections=9223372036854775808"],
 ])  # fmt: skip
 def test_grpc_connection_flags_must_be_positive(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
