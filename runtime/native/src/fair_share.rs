@@ -34,6 +34,52 @@ pub struct FairShare {
 struct Table {
     next: u64,
     open: HashMap<u64, Open>,
+    /// How many each address holds (so a refusal needs no pass over every place).
+    counts: HashMap<Option<IpAddr>, usize>,
+}
+
+impl Table {
+    fn insert(&mut self, id: u64, open: Open) {
+        *self.counts.entry(open.peer).or_default() += 1;
+        self.open.insert(id, open);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Open> {
+        let open = self.open.remove(&id)?;
+        if let Some(count) = self.counts.get_mut(&open.peer) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&open.peer);
+            }
+        }
+        Some(open)
+    }
+
+    /// [`giving_way`] over the places taken, looking at each place only when one is to give way.
+    fn giving_way(&self, peer: Option<IpAddr>) -> Option<u64> {
+        let newcomer = self.counts.get(&peer).copied().unwrap_or(0);
+        let most = self.counts.values().copied().max().unwrap_or(0);
+        if most < newcomer + 2 {
+            return None;
+        }
+        let holding_most: Vec<Option<IpAddr>> = self
+            .counts
+            .iter()
+            .filter(|(_, count)| **count == most)
+            .map(|(peer, _)| *peer)
+            .collect();
+        let held: Vec<Held> = self
+            .open
+            .iter()
+            .filter(|(_, open)| holding_most.contains(&open.peer))
+            .map(|(id, open)| Held {
+                id: *id,
+                peer: open.peer,
+                heard: open.heard.load(Ordering::Relaxed),
+            })
+            .collect();
+        giving_way(&held, peer)
+    }
 }
 
 struct Open {
@@ -106,17 +152,8 @@ impl FairShare {
         let now = millis_since(self.epoch);
         let mut table = lock(&self.table);
         if table.open.len() >= self.limit {
-            let held: Vec<Held> = table
-                .open
-                .iter()
-                .map(|(id, open)| Held {
-                    id: *id,
-                    peer: open.peer,
-                    heard: open.heard.load(Ordering::Relaxed),
-                })
-                .collect();
-            let id = giving_way(&held, peer)?;
-            if let Some(open) = table.open.remove(&id) {
+            let id = table.giving_way(peer)?;
+            if let Some(open) = table.remove(id) {
                 let _ = open.close.send(());
             }
         }
@@ -124,7 +161,7 @@ impl FairShare {
         table.next += 1;
         let heard = Arc::new(AtomicU64::new(now));
         let (close, closed) = oneshot::channel();
-        table.open.insert(
+        table.insert(
             id,
             Open {
                 peer,
@@ -183,7 +220,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        lock(&self.table).open.remove(&self.id);
+        lock(&self.table).remove(self.id);
     }
 }
 
@@ -269,6 +306,24 @@ mod tests {
         drop(third);
         let _again = places.admit(ip(1)).unwrap(); // a place came back
         assert_eq!(places.taken(), 3);
+    }
+
+    #[test]
+    fn the_counts_follow_places_given_way_and_freed() {
+        let places = FairShare::new(3);
+        let first: Vec<Place> = (0..3).map(|_| places.admit(ip(1)).unwrap()).collect();
+        let second = places.admit(ip(2)).unwrap(); // 3 against 0: one of the first gives way
+        drop(first); // the one that gave way is not counted twice
+        assert_eq!(places.taken(), 1);
+        let again: Vec<Place> = (0..2).map(|_| places.admit(ip(1)).unwrap()).collect();
+        let third = places.admit(ip(3)).unwrap(); // 2 against 0
+        assert!(places.admit(ip(4)).is_none()); // one each now
+        assert!(places.admit(ip(1)).is_none());
+        assert_eq!(places.taken(), 3);
+        drop((second, third, again));
+        assert_eq!(places.taken(), 0);
+        let refilled: Vec<Place> = (0..3).map(|_| places.admit(ip(4)).unwrap()).collect();
+        assert_eq!(refilled.len(), 3);
     }
 
     #[test]
