@@ -13,9 +13,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::Sleep;
-use tonic::transport::server::Connected;
 
 /// The client's connection preface (RFC 9113 3.4), then the 9-byte header of its first frame (SETTINGS).
 const PREFACE: usize = 24;
@@ -115,43 +114,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlined<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlined<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-impl<T: Connected> Connected for Deadlined<T> {
-    type ConnectInfo = T::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
+crate::placed::writes_through!(Deadlined);
 
 #[cfg(test)]
 #[path = "handshake_tests.rs"]

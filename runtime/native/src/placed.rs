@@ -5,7 +5,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::fair_share::Place;
 
@@ -47,43 +47,60 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Placed<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
+/// For a connection wrapper whose field `io` is the connection: writes go straight to it, and tonic's connection
+/// info is its.
+macro_rules! writes_through {
+    ($wrapper:ident) => {
+        impl<T: ::tokio::io::AsyncWrite + Unpin> ::tokio::io::AsyncWrite for $wrapper<T> {
+            fn poll_write(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &[u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+            }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
+            fn poll_write_vectored(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+            }
 
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
+            fn is_write_vectored(&self) -> bool {
+                self.io.is_write_vectored()
+            }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
+            fn poll_flush(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+            }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
+            fn poll_shutdown(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+            }
+        }
+
+        impl<T: ::tonic::transport::server::Connected> ::tonic::transport::server::Connected
+            for $wrapper<T>
+        {
+            type ConnectInfo = T::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.io.connect_info()
+            }
+        }
+    };
 }
+pub(crate) use writes_through;
 
-impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Placed<T> {
-    type ConnectInfo = T::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
+writes_through!(Placed);
 
 #[cfg(test)]
 mod tests {
