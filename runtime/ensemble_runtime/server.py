@@ -126,6 +126,8 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
     return Planes(dataplane, repository)
 
 
+METRICS_BODY_BYTES = 64 * 1024  # the metrics core's infer limits: unused, as it forwards every request
+
 @dataclass
 class Server:
     settings: RuntimeSettings
@@ -134,6 +136,7 @@ class Server:
     _grpc: grpc.aio.Server | None = None
     _native_grpc: NativeGrpcServer | None = None
     _native_http: NativeHttpServer | None = None
+    _native_metrics: NativeHttpServer | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -173,7 +176,15 @@ class Server:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage)
-            self._runners.append(await start_http(build_metrics_app(metrics), s.metrics_address, s.metrics_port))
+            metrics_app = build_metrics_app(metrics)
+            if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
+                self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
+                                                        METRICS_BODY_BYTES, threads=1,
+                                                        body_timeout_secs=s.http_body_timeout_secs,
+                                                        max_connections=s.http_max_connections, serves_infer=False)
+                await self._native_metrics.start(s.metrics_address, s.metrics_port)
+            else:
+                self._runners.append(await start_http(metrics_app, s.metrics_address, s.metrics_port))
         log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
         await self.health.update(False)
@@ -246,8 +257,9 @@ class Server:
             await self._grpc.stop(grace=1.0)
         if self._native_grpc is not None:
             await self._native_grpc.stop(grace=1.0)
-        if self._native_http is not None:
-            await self._native_http.stop(grace=1.0)
+        for native in (self._native_http, self._native_metrics):
+            if native is not None:
+                await native.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         await dp.registry.close()

@@ -149,12 +149,14 @@ def _fail_infer(call: HttpCall, exc: Exception) -> None:
 
 
 class NativeHttpServer:
-    """`app`: the aiohttp app of every route (build_http_app), for what the core forwards."""
+    """`app`: the aiohttp app of every route (build_http_app), for what the core forwards. `serves_infer=False`:
+    the core forwards every request to `app` (the metrics port: hyper's header timeout, the body pace and the
+    connection share in front of an app that has none of them)."""
 
     def __init__(
         self, dataplane: DataPlane, app: web.Application, max_body_bytes: int, max_json_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, body_timeout_secs: float = 30.0,
-        max_connections: int = 1024,
+        max_connections: int = 1024, serves_infer: bool = True,
     ) -> None:
         self._dp = dataplane
         self._app = app
@@ -163,6 +165,7 @@ class NativeHttpServer:
         self._threads = threads
         self._body_timeout_secs = body_timeout_secs
         self._max_connections = max_connections
+        self._serves_infer = serves_infer
         self._core: HttpCore | None = None
         self._runner: web.AppRunner | None = None
         self._socket_dir: Path | None = None
@@ -176,11 +179,12 @@ class NativeHttpServer:
         self._runner = await start_http_unix(self._app, str(upstream))
         body, json = self._limits
         self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads,
-                              self._body_timeout_secs, self._max_connections)
+                              self._body_timeout_secs, self._max_connections, self._serves_infer)
         bound = self._core.start(address, port)
         log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
-        self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self._core.fileno(), self._drain)
+        if self._serves_infer:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._core.fileno(), self._drain)
         return bound
 
     def _drain(self) -> None:

@@ -72,6 +72,8 @@ pub struct HttpConfig {
     pub body_grace: Duration,
     /// Connections open at once, shared among the addresses that open them ([`crate::fair_share`]).
     pub max_connections: usize,
+    /// Whether the infer endpoint is answered here; if not (the metrics port), every request is forwarded.
+    pub serves_infer: bool,
 }
 
 /// An infer request waiting for the Python side.
@@ -369,7 +371,9 @@ async fn handle(
     let uri = request.uri();
     let target = infer_target(request.method(), uri.path(), uri.query());
     Ok(match target {
-        Some((model, version)) if !compressed_body(request.headers()) => {
+        Some((model, version))
+            if core.config.serves_infer && !compressed_body(request.headers()) =>
+        {
             infer(&core, model, version, request).await
         }
         _ => forward(&core.config, request).await,

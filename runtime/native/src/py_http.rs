@@ -32,9 +32,11 @@ impl PyHttpCore {
     /// `body`, `json`: (limit in bytes, the 413 body refusing more); `restriction`: (header, value, the 403
     /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else;
     /// `body_grace`: seconds a request body has past its headers, before its pace counts (crate::http_pace);
-    /// `max_connections`: connections open at once (crate::fair_share).
+    /// `max_connections`: connections open at once (crate::fair_share); `serves_infer`: false to forward every
+    /// request, the infer endpoint's too (the metrics port).
     #[new]
-    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace, max_connections))]
+    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace, max_connections, serves_infer))]
+    #[allow(clippy::too_many_arguments)] // Python's keywords name each one
     fn new(
         body: (usize, Vec<u8>),
         json: (usize, Vec<u8>),
@@ -43,6 +45,7 @@ impl PyHttpCore {
         threads: usize,
         body_grace: f64,
         max_connections: usize,
+        serves_infer: bool,
     ) -> PyResult<Self> {
         let body_grace = positive_seconds("body_grace", body_grace)?;
         let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
@@ -60,6 +63,7 @@ impl PyHttpCore {
             upstream,
             body_grace,
             max_connections,
+            serves_infer,
         };
         Ok(Self {
             core: Arc::new(HttpCore::new(config)?),
