@@ -1,5 +1,6 @@
 //! Places shared fairly among the addresses that want them: the gRPC port's connections (`--grpc-max-connections`)
-//! and its open streams (`--grpc-max-open-streams`), and which one gives way to a newcomer when all are taken.
+//! and open streams (`--grpc-max-open-streams`), the HTTP and metrics ports' connections (`--http-max-connections`,
+//! each port its own), and which one gives way to a newcomer when all are taken.
 //!
 //! Each is bounded for memory: a connection keeps what its busiest moment took, a stream holds its state for its
 //! life. A bound that only refused the newcomer would let one peer that takes every place and keeps it (idle, or
@@ -13,13 +14,13 @@
 //! share its address and its share.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Context;
 
-use std::future::Future;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
