@@ -26,7 +26,6 @@ from tritonclient.utils import InferenceServerException
 from tests.support import raw_grpc
 from tests.support.grpc_port import (
     FRONTENDS,
-    LOADED,
     MODEL_INFER,
     MODEL_STREAM_INFER,
     PREFACE,
@@ -39,7 +38,7 @@ from tests.support.grpc_port import (
 )
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.sockets import is_open, wait_closed
+from tests.support.sockets import LOADED, is_open, wait_closed
 
 SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
 MAX_CONNECTIONS = 48
@@ -105,9 +104,8 @@ def test_connections_past_the_limit_are_closed_at_once(budgeted: RuntimeProcess)
 
 def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProcess) -> None:
     """The native port full of one address's connections: another from it is closed, but one from a second address
-    is kept and served, and the first address's quietest connection (the oldest: none has sent since its SETTINGS)
-    gives way; a third address then takes the next; the first address's other connections stay, and one more from it
-    is still closed."""
+    is kept and served, and the first address's quietest connection gives way; a third address then takes the next
+    quietest; the first address's other connections stay, and one more from it is still closed."""
     native_only(budgeted)
     live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
     held: list[socket.socket] = []
@@ -115,6 +113,10 @@ def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProces
         deadline = time.monotonic() + LOADED
         for _ in range(MAX_CONNECTIONS):
             held.append(_place(budgeted, deadline))
+        for later in (held[1:2], held[2:]):  # quiet since: held[0] longest, then held[1], by margins the port sees
+            time.sleep(0.05)
+            for sock in later:
+                _ping(sock)
         with connect(budgeted) as past:
             wait_closed(past, LOADED)
         with raw_grpc.RawConnection(budgeted.grpc_url, LOADED, source="127.0.0.2") as second, \
@@ -132,6 +134,18 @@ def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProces
         for sock in held:
             sock.close()
     _serving_again(budgeted)
+
+
+def _ping(sock: socket.socket) -> None:
+    """A PING on `sock`, once the server has acknowledged it (so it has read it)."""
+    payload = b"fairness"
+    sock.sendall(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + payload)
+    acknowledged = b"\x00\x00\x08\x06\x01\x00\x00\x00\x00" + payload
+    received = b""
+    while acknowledged not in received:
+        chunk = sock.recv(65536)  # the socket's timeout (LOADED) bounds the wait
+        assert chunk, "the server closed the connection"
+        received += chunk
 
 
 def _place(proc: RuntimeProcess, deadline: float) -> socket.socket:
@@ -289,12 +303,12 @@ def _ended_calls(socks: list[socket.socket], calls: int) -> int:
             selector.register(sock, selectors.EVENT_READ)
         while ended < calls and (left := deadline - time.monotonic()) > 0:
             for key, _ in selector.select(left):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                chunk = sock.recv(1 << 20)
+                readable = key.fileobj
+                assert isinstance(readable, socket.socket)
+                chunk = readable.recv(1 << 20)
                 if not chunk:
                     raise ConnectionError("the server closed a connection")
-                wire = wires[sock]
+                wire = wires[readable]
                 wire += chunk
                 while len(wire) >= 9 and len(wire) >= 9 + (length := int.from_bytes(wire[:3], "big")):
                     ended += wire[3] == 0x1 and wire[4] & 0x1 == 0x1

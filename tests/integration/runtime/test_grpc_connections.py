@@ -25,7 +25,6 @@ from tritonclient.grpc import service_pb2_grpc
 from tests.support import raw_grpc
 from tests.support.grpc_port import (
     FRONTENDS,
-    LOADED,
     PREFACE,
     SETTINGS,
     bodiless_calls,
@@ -36,7 +35,7 @@ from tests.support.grpc_port import (
 )
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.sockets import wait_closed
+from tests.support.sockets import LOADED, wait_closed
 
 HANDSHAKE_SECS = 2.0
 MAX_STREAMS = 8  # on the handshaking servers
