@@ -94,8 +94,7 @@ struct Open {
 pub struct Place {
     table: Arc<Mutex<Table>>,
     id: u64,
-    heard: Arc<AtomicU64>,
-    epoch: Instant,
+    heard: Heard,
     closed: oneshot::Receiver<()>,
 }
 
@@ -173,8 +172,10 @@ impl FairShare {
         Some(Place {
             table: self.table.clone(),
             id,
-            heard,
-            epoch: self.epoch,
+            heard: Heard {
+                at: heard,
+                epoch: self.epoch,
+            },
             closed,
         })
     }
@@ -201,16 +202,12 @@ impl Heard {
 impl Place {
     /// Notes that something has passed on the holder (bytes read on a connection, a stream's message).
     pub fn heard(&self) {
-        self.heard
-            .store(millis_since(self.epoch), Ordering::Relaxed);
+        self.heard.now();
     }
 
     /// What notes it from elsewhere (a stream's reader task).
     pub fn hearing(&self) -> Heard {
-        Heard {
-            at: self.heard.clone(),
-            epoch: self.epoch,
-        }
+        self.heard.clone()
     }
 
     /// True once the holder must give way to a newcomer (then the waker of `cx` is not kept).
