@@ -23,6 +23,7 @@ overrides the path), the peer from tools/setup-triton.sh.
     python bench/perf_analyzer.py [--repeats 3] [--interval-ms 2000] [--quick]
     python bench/perf_analyzer.py --ours grpcio=--grpc-frontend=grpcio --ours native=   # two of ours + Triton
     python bench/perf_analyzer.py --protocol http --ours aiohttp=--http-frontend=aiohttp --ours native=
+    python bench/perf_analyzer.py --ours base@/tmp/base/runtime= --ours new=      # two trees (a worktree)
 """
 
 from __future__ import annotations
@@ -215,6 +216,15 @@ class Bench:
         return point
 
 
+def print_threads(point: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Each server's threads in the point's last run, where they were sampled (`--threads`)."""
+    for name in names:
+        samples = point[name]["samples"]
+        sampled = samples[-1].get("threads") if samples else None
+        if sampled:
+            print("\n".join(threads.lines(name, sampled)), flush=True)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer measurement window (2000; 1000 with --quick)")
@@ -225,8 +235,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", action="append", choices=MODELS, help="python workloads (default: add_one_0 and chain2)")
     parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="default: grpc and http")
     parser.add_argument("--concurrency", action="append", type=int, help="default: 1 and 16")
-    parser.add_argument("--ours", action="append", default=[], metavar="NAME=ARGS",
-                        help="a configuration of our runtime, ARGS its extra arguments (repeatable; default ours=)")
+    parser.add_argument("--ours", action="append", default=[], metavar="NAME[@RUNTIME_DIR]=ARGS",
+                        help="a configuration of our runtime, ARGS its extra arguments, RUNTIME_DIR another tree's "
+                             "runtime/ (repeatable; default ours=)")
     parser.add_argument("--ours-arg", action="append", default=[], metavar="ARG",
                         help="an extra runtime argument for every configuration of ours (repeatable)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
@@ -305,15 +316,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
                     print("\n".join(report.point_lines(f"{model} {protocol} c={concurrency}", point, names)),
                           flush=True)
-                    for name in names:  # the last run's threads, where sampled
-                        sampled = point[name]["samples"][-1].get("threads") if point[name]["samples"] else None
-                        if sampled:
-                            print("\n".join(threads.lines(name, sampled)), flush=True)
+                    print_threads(point, names)
         if model_path is not None:
             for protocol in protocols:
                 onnx[protocol] = bench.onnx_point([c.name for c in configs], protocol, model_path,
                                                   args.interval_ms / 1000)
                 print("\n".join(report.onnx_lines(protocol, onnx[protocol], [c.name for c in configs])), flush=True)
+                print_threads(onnx[protocol], [c.name for c in configs])
     shown = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "

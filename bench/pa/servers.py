@@ -49,14 +49,19 @@ class OursConfig:
 
     name: str
     args: tuple[str, ...] = ()
+    tree: Path | None = None  # a `runtime/` directory to run instead of this checkout's (A/B between trees)
 
 
 def parse_ours(text: str, common: Sequence[str] = ()) -> OursConfig:
-    """`NAME=ARGS` (ARGS split like a shell would, may be empty) plus the `--ours-arg` arguments for all."""
-    name, _, args = text.partition("=")
+    """`NAME[@RUNTIME_DIR]=ARGS` (ARGS split like a shell would, may be empty) plus the `--ours-arg` arguments for
+    all; RUNTIME_DIR: the `runtime/` directory of another tree (a worktree with its own built extension)."""
+    label, _, args = text.partition("=")
+    name, _, tree = label.partition("@")
     if not name or name == TRITON:
-        raise ValueError(f"--ours {text!r}: expected NAME=ARGS with a NAME other than {TRITON!r}")
-    return OursConfig(name, (*common, *shlex.split(args)))
+        raise ValueError(f"--ours {text!r}: expected NAME[@RUNTIME_DIR]=ARGS with a NAME other than {TRITON!r}")
+    if tree and not (Path(tree) / "ensemble_runtime").is_dir():
+        raise ValueError(f"--ours {text!r}: {tree} holds no ensemble_runtime package")
+    return OursConfig(name, (*common, *shlex.split(args)), Path(tree).resolve() if tree else None)
 
 
 def ours_configs(specs: Sequence[str], common: Sequence[str]) -> list[OursConfig]:
@@ -73,6 +78,8 @@ class PinnedRuntime(RuntimeProcess):
     def __init__(self, repositories: Sequence[Path], config: OursConfig, pinning: Pinning) -> None:
         super().__init__(repositories, config.args)
         self.prefix = pinning.server_prefix()
+        if config.tree is not None:  # its package first, before this checkout's
+            self.env["PYTHONPATH"] = os.pathsep.join([str(config.tree), self.env["PYTHONPATH"]])
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         args, env = super().command()

@@ -25,6 +25,10 @@ def test_ours_configurations_parse() -> None:
         ours_configs(["triton=--x"], [])
     with pytest.raises(ValueError):
         ours_configs(["a=", "a=--x"], [])
+    runtime = Path(__file__).resolve().parents[3] / "runtime"
+    assert ours_configs([f"base@{runtime}=--y"], []) == [OursConfig("base", ("--y",), runtime)]
+    with pytest.raises(ValueError):  # a directory with no runtime package in it
+        ours_configs([f"base@{runtime / 'native'}="], [])
 
 
 def test_pinning_defaults_to_two_cpus() -> None:
