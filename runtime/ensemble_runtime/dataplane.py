@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
-from ensemble_runtime.backends.handoff import on_loop
+from ensemble_runtime.backends.handoff import Deferred
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.executor import EnsembleRun, run_ensemble
 from ensemble_runtime.errors import (
@@ -85,6 +85,8 @@ class DataPlane:
     accepting: bool = True
     started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
+    # the ends of requests `infer_then` handed to a model thread: queued before their answer, the loop woken after it
+    _settlements: Deferred = field(default_factory=Deferred)
     _step_tasks: set[asyncio.Task[dict[str, Tensor]]] = field(default_factory=set)  # ensemble steps run as tasks
     # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
@@ -141,7 +143,13 @@ class DataPlane:
             out[key] = lv.version
         return out
 
+    def settle_answered(self) -> None:
+        """On the loop: count every request answered so far (statistics, in flight, queue places) before reading
+        them; what a model thread answered is counted when the loop next turns, or here."""
+        self._settlements.run()
+
     def statistics(self, name: str = "", version: str = "") -> list[LoadedVersion]:
+        self.settle_answered()
         if name:
             rec = self.registry.records.get(name)
             if rec is None or not rec.served:
@@ -206,9 +214,10 @@ class DataPlane:
         """`infer` without a task, where it can be: a request in no sequence, for a model (not decoupled) whose
         instances queue calls on their own threads, or run it inline on the loop (`Scheduler.takes_then`), or for
         an ensemble (`_ensemble_then`). Here, on the loop, the request is checked as `infer` checks it (raising the same
-        errors); the thread that runs it calls `answer` with the response or the error, after handing the
-        request's end (statistics, in flight) to the loop: whatever the loop takes after the answer left (a
-        statistics request) sees it counted. False: nothing was done (call `infer`)."""
+        errors); the thread that runs it calls `answer` with the response or the error, after queuing the
+        request's end (statistics, in flight, its place in the queue) for the loop, and wakes the loop after: the
+        wake-up does not come between a model thread and its answer, and whatever reads the statistics after the
+        answer left (`settle_answered`) sees it counted. False: nothing was done (call `infer`)."""
         if not self.accepting or names_sequence(request.parameters):
             return False
         lv = self.registry.find(request.model_name, request.model_version)
@@ -229,8 +238,16 @@ class DataPlane:
         def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the thread that ran it
             end = time.perf_counter_ns()
             outcome = self._outcome(admitted, result, {})
-            on_loop(loop, loop_thread, self._settle, admitted, result, end, settle)
-            answer(outcome)
+            if threading.get_ident() == loop_thread:  # ran inline
+                self._settle(admitted, result, end, settle)
+                answer(outcome)
+                return
+            # counted before the answer leaves, the loop woken after it: the wake-up does not delay the answer
+            self._settlements.add(self._settle, admitted, result, end, settle)
+            try:
+                answer(outcome)
+            finally:
+                self._settlements.wake(loop)
 
         self.in_flight += 1
         Registry.acquire(lv)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -15,11 +15,15 @@ _LABELS = ["model", "version"]
 
 
 class RuntimeCollector(Collector):
-    def __init__(self, registry: Registry, storage: Storage | None = None) -> None:
+    def __init__(self, registry: Registry, storage: Storage | None = None,
+                 settle: Callable[[], None] | None = None) -> None:
         self._registry = registry
         self._storage = storage
+        self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
 
     def collect(self) -> Iterator[Metric]:
+        if self._settle is not None:
+            self._settle()
         success = CounterMetricFamily("nv_inference_request_success", "Number of successful inference requests", labels=_LABELS)
         failure = CounterMetricFamily("nv_inference_request_failure", "Number of failed inference requests", labels=_LABELS)
         count = CounterMetricFamily("nv_inference_count", "Number of inferences performed (batch elements)", labels=_LABELS)
@@ -77,7 +81,8 @@ class RuntimeCollector(Collector):
         yield from (reachable, failures, errors, last)
 
 
-def build_metrics_registry(registry: Registry, storage: Storage | None = None) -> CollectorRegistry:
+def build_metrics_registry(registry: Registry, storage: Storage | None = None,
+                           settle: Callable[[], None] | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage))
+    metrics.register(RuntimeCollector(registry, storage, settle))
     return metrics

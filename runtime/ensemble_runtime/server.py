@@ -175,7 +175,8 @@ class Server:
             else:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
-            metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage)
+            metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage,
+                                             self.dataplane.settle_answered)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
