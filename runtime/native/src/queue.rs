@@ -1,33 +1,35 @@
-//! Arrived calls wait here for the Python side, which drains them all per wake-up. The queue signals through a
-//! socket pair whose read end the asyncio loop watches (`add_reader`): one byte is written when the queue goes
-//! from empty to non-empty, so a burst of calls wakes the loop once.
+//! Arrived calls wait here for the Python side, which drains them all per wake-up. The queue signals through an
+//! eventfd the asyncio loop watches (`add_reader`): it is written when the queue goes from empty to non-empty, so
+//! a burst of calls wakes the loop once. (An eventfd, not a socket pair: its write and read move a counter, where
+//! a socket's allocate, account and free a buffer on every wake-up, on both sides.)
 
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
+use std::fs::File;
+use std::io::{Error, ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::Mutex;
 
 pub struct WakeQueue<T> {
     items: Mutex<Vec<T>>,
-    reader: UnixStream,
-    writer: UnixStream,
+    signal: File, // the eventfd (closed with the queue)
 }
 
 impl<T> WakeQueue<T> {
     pub fn new() -> std::io::Result<Self> {
-        let (reader, writer) = UnixStream::pair()?;
-        reader.set_nonblocking(true)?;
-        writer.set_nonblocking(true)?;
+        // SAFETY: eventfd takes no pointers; a descriptor it returns is owned by the File from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os_error());
+        }
         Ok(Self {
             items: Mutex::new(Vec::new()),
-            reader,
-            writer,
+            // SAFETY: `fd` is a fresh descriptor nothing else owns.
+            signal: unsafe { File::from_raw_fd(fd) },
         })
     }
 
     /// The descriptor that turns readable when calls are waiting.
     pub fn fd(&self) -> RawFd {
-        self.reader.as_raw_fd()
+        self.signal.as_raw_fd()
     }
 
     pub fn push(&self, item: T) {
@@ -37,21 +39,19 @@ impl<T> WakeQueue<T> {
             items.len() == 1
         };
         if first {
-            // A full socket buffer means a wake-up is already pending: nothing is lost by not writing.
-            let _ = (&self.writer).write(&[1]);
+            // Fails only when the counter is at its maximum: a wake-up is pending, nothing is lost.
+            let _ = (&self.signal).write(&1u64.to_ne_bytes());
         }
     }
 
-    /// Everything waiting. The wake-up bytes are consumed first, so a call pushed meanwhile either comes with
-    /// this batch or writes a fresh byte (at worst one spurious, empty wake-up).
+    /// Everything waiting. The wake-up is consumed first (the counter read resets it), so a call pushed meanwhile
+    /// either comes with this batch or signals afresh (at worst one spurious, empty wake-up).
     pub fn take(&self) -> Vec<T> {
-        let mut sink = [0u8; 64];
+        let mut count = [0u8; 8];
         loop {
-            match (&self.reader).read(&mut sink) {
-                Ok(n) if n == sink.len() => continue,
-                Ok(_) => break,
+            match (&self.signal).read(&mut count) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break, // WouldBlock: drained
+                _ => break, // read (reset), or WouldBlock: nothing was signalled
             }
         }
         std::mem::take(&mut *self.items.lock().unwrap_or_else(|e| e.into_inner()))
@@ -62,10 +62,13 @@ impl<T> WakeQueue<T> {
 mod tests {
     use super::*;
 
-    /// Bytes waiting on the wake-up socket (consumed).
-    fn wakeups(queue: &WakeQueue<u32>) -> usize {
-        let mut sink = [0u8; 64];
-        (&queue.reader).read(&mut sink).unwrap_or(0)
+    /// Signals waiting on the eventfd (consumed).
+    fn wakeups(queue: &WakeQueue<u32>) -> u64 {
+        let mut count = [0u8; 8];
+        match (&queue.signal).read(&mut count) {
+            Ok(8) => u64::from_ne_bytes(count),
+            _ => 0,
+        }
     }
 
     #[test]
@@ -75,7 +78,7 @@ mod tests {
         for i in 0..5 {
             queue.push(i);
         }
-        assert_eq!(wakeups(&queue), 1, "one wake-up byte for five calls");
+        assert_eq!(wakeups(&queue), 1, "one wake-up for five calls");
         assert_eq!(queue.take(), vec![0, 1, 2, 3, 4]);
         assert!(queue.take().is_empty());
         queue.push(9);
