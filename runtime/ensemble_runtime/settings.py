@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-max-connections", type=_positive(int, below=2**63),
                    help="HTTP connections open at once (--http-frontend=native): past it, the new one is closed at "
                         "once or, when another address holds at least two more than the new one's, that address's "
-                        "quietest connection is; default 1024")
+                        "quietest connection is (after the answer it is sending, if any); default 1024")
     p.add_argument("--http-max-json-bytes", type=int,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")

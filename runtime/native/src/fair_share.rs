@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Context;
+use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -213,6 +213,18 @@ impl Place {
     /// True once the holder must give way to a newcomer (then the waker of `cx` is not kept).
     pub fn poll_given_way(&mut self, cx: &mut Context<'_>) -> bool {
         Pin::new(&mut self.closed).poll(cx).is_ready()
+    }
+
+    /// Once the holder must give way to a newcomer.
+    pub async fn given_way(&mut self) {
+        std::future::poll_fn(|cx| {
+            if self.poll_given_way(cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 }
 

@@ -19,18 +19,19 @@ use hyper::header::{
     HeaderMap, HeaderValue, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
     CONTENT_TYPE,
 };
+use hyper::server::conn::http1::Connection;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::fair_share::FairShare;
 use crate::http_coding::{answer_coding, compressed_body, encoded};
+use crate::http_conn::{drive, Busy};
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
-use crate::placed::Placed;
+use crate::placed::Noted;
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
@@ -392,7 +393,9 @@ pub fn serve(
     let (shutdown, mut signal) = oneshot::channel::<()>();
     let places = FairShare::new(core.config.max_connections);
     let done = runtime.spawn(async move {
-        let graceful = GracefulShutdown::new();
+        let (stop, stopping) = watch::channel(false);
+        // every connection's task holds a sender: all have ended once `recv` finds none left
+        let (alive, mut ended) = mpsc::channel::<()>(1);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -402,24 +405,37 @@ pub fn serve(
                     };
                     // all places taken and this one not owed one: dropped, so closed
                     let Some(place) = places.admit(Some(peer.ip())) else { continue };
-                    let stream = Placed::new(stream, place);
+                    let stream = Noted::new(stream, place.hearing());
                     let _ = stream.get_ref().set_nodelay(true);
                     let core = core.clone();
-                    let service = hyper::service::service_fn(move |request| handle(core.clone(), request));
+                    let busy = Busy::default();
+                    let answering = busy.clone();
+                    let service = hyper::service::service_fn(move |request| {
+                        let working = answering.enter();
+                        let core = core.clone();
+                        async move {
+                            let response = handle(core, request).await;
+                            drop(working);
+                            response
+                        }
+                    });
                     let connection = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(HEADER_READ_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), service);
-                    let watched = graceful.watch(connection);
+                    let (stopping, alive) = (stopping.clone(), alive.clone());
                     tokio::spawn(async move {
-                        let _ = watched.await;
+                        drive(connection, Connection::graceful_shutdown, place, busy, stopping).await;
+                        drop(alive);
                     });
                 }
                 _ = &mut signal => break,
             }
         }
         drop(listener);
-        graceful.shutdown().await;
+        stop.send_replace(true);
+        drop(alive);
+        let _ = ended.recv().await;
     });
     Ok(Running::new(shutdown, done))
 }

@@ -10,6 +10,7 @@ pub mod grpc_plain;
 pub mod handshake;
 pub mod http;
 pub mod http_coding;
+pub mod http_conn;
 pub mod http_infer;
 pub mod http_pace;
 pub mod http_reply;

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::fair_share::Place;
+use crate::fair_share::{Heard, Place};
 
 /// `io` holding `place` until it is dropped (the connection is closed).
 pub struct Placed<T> {
@@ -42,6 +42,39 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
         let polled = Pin::new(&mut me.io).poll_read(cx, buf);
         if buf.filled().len() > before {
             me.place.heard();
+        }
+        polled
+    }
+}
+
+/// `io` whose reads are noted for a place held elsewhere (an HTTP connection's, which its task holds: it gives way
+/// gracefully, crate::http_conn).
+pub struct Noted<T> {
+    io: T,
+    heard: Heard,
+}
+
+impl<T> Noted<T> {
+    pub fn new(io: T, heard: Heard) -> Self {
+        Self { io, heard }
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Noted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            me.heard.now();
         }
         polled
     }
@@ -101,6 +134,7 @@ macro_rules! writes_through {
 pub(crate) use writes_through;
 
 writes_through!(Placed);
+writes_through!(Noted);
 
 #[cfg(test)]
 mod tests {

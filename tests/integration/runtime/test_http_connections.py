@@ -1,6 +1,7 @@
 """The native HTTP port's connections open at once (`--http-max-connections`): past it, a new connection from the
 address holding most is closed at once, while one from another address is served and the first address's quietest
-connection gives way (closed), so one address that opens and keeps connections cannot keep the others out. Before,
+connection gives way (closed; after the answer it was waiting for, where it was), so one address that opens and keeps
+connections cannot keep the others out. Before,
 the port had no limit: connections were bounded only by descriptors and memory. The metrics port is served by a core
 that forwards every request to the metrics app, with the same bounds; before, aiohttp served it with none (3,000
 connections that sent half a request's headers were all still held after 120 s)."""
@@ -8,6 +9,8 @@ connections that sent half a request's headers were all still held after 120 s).
 from __future__ import annotations
 
 import http.client
+import json
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.runtime.repo import MODELS, PY_FAIL_CONFIG
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED, is_open, wait_closed
 
@@ -26,10 +30,22 @@ PORTS = {"http": "/v2/health/live", "metrics": "/metrics"}
 
 
 @pytest.fixture(scope="module")
-def limited(repository: Path) -> Iterator[RuntimeProcess]:
-    with RuntimeProcess([repository], ["--strict-readiness=false",
-                                       f"--http-max-connections={MAX_CONNECTIONS}"]) as proc:
+def held_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where `py_held` marks an execution started and waits for the test's release."""
+    return tmp_path_factory.mktemp("held")
+
+
+@pytest.fixture(scope="module")
+def limited(repository: Path, held_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeProcess]:
+    held_repository = tmp_path_factory.mktemp("held-repo")
+    (held_repository / "py_held" / "1").mkdir(parents=True)
+    (held_repository / "py_held" / "config.pbtxt").write_text(PY_FAIL_CONFIG)
+    shutil.copy(MODELS / "py_held" / "model.py", held_repository / "py_held" / "1" / "model.py")
+    with RuntimeProcess([repository, held_repository], ["--strict-readiness=false",
+                                                        f"--http-max-connections={MAX_CONNECTIONS}"],
+                        env={"HELD_MODEL_DIR": str(held_dir)}) as proc:
         proc.wait_ready()
+        proc.wait_model_ready("py_held")
         yield proc
 
 
@@ -80,6 +96,42 @@ def test_a_port_one_address_fills_makes_room_for_another(limited: RuntimeProcess
             assert _get(other, path).status == 200
         for sock in held[1:]:
             assert _get(sock, path).status == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_connection_waiting_on_its_answer_gives_way_after_the_answer(limited: RuntimeProcess, held_dir: Path) -> None:
+    """The connection that waits longest on the server has read nothing for longest: the quietest. Told to give way
+    while its request is being answered, it finishes that answer (`Connection: close`), then closes; before, it was
+    closed at once and the answer lost."""
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [7.0]}]}).encode()
+    held: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + LOADED
+        for _ in range(MAX_CONNECTIONS):
+            held.append(_kept(limited, "http", deadline))
+        waiting = held[0]
+        waiting.sendall(b"POST /v2/models/py_held/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        while not (held_dir / "started").exists():
+            assert time.monotonic() < deadline, "py_held never started"
+            time.sleep(0.01)
+        time.sleep(0.05)  # then held[1:] ask again, so the waiting one is the quietest by a margin
+        for sock in held[1:]:
+            assert _get(sock, PORTS["http"]).status == 200
+        with _connect(limited, "http", source="127.0.0.2") as other:
+            assert _get(other, PORTS["http"]).status == 200  # served: a place was given up for it
+            time.sleep(0.5)
+            assert is_open(waiting), "closed while its request was being answered"
+            (held_dir / "release").write_text("")
+            answer = http.client.HTTPResponse(waiting)
+            answer.begin()
+            assert answer.status == 200
+            assert json.loads(answer.read())["outputs"][0]["data"] == [7.0]
+            assert answer.getheader("Connection") == "close"
+            wait_closed(waiting, LOADED)
+            assert all(is_open(sock) for sock in held[1:])
     finally:
         for sock in held:
             sock.close()

@@ -1,0 +1,228 @@
+//! One HTTP/1.1 connection of a port that shares its places (crate::fair_share), driven to its end. Told to give
+//! way, a connection with no request being answered is closed at once; one with a request being answered (a slow
+//! model) finishes it first, as hyper's graceful shutdown does (the answer says `Connection: close`), and is closed
+//! once the answer had `FLUSH_GRACE` to leave, so a client that stops reading its answer cannot keep the place.
+//! Closing it abruptly, as the first version did, lost that answer: the connection waiting longest on the server
+//! had read nothing for longest, so it was the quietest.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::fair_share::Place;
+
+/// How long the answer of a connection that gave way may take to leave once it is ready.
+pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
+
+/// The requests of one connection being answered (from the handler's start to its response's head).
+#[derive(Clone, Default)]
+pub struct Busy(Arc<(AtomicUsize, Notify)>);
+
+/// One request being answered, until dropped.
+pub struct Answering(Busy);
+
+impl Busy {
+    pub fn enter(&self) -> Answering {
+        self.0 .0.fetch_add(1, Ordering::AcqRel);
+        Answering(self.clone())
+    }
+
+    pub fn any(&self) -> bool {
+        self.0 .0.load(Ordering::Acquire) > 0
+    }
+
+    /// Once no request is being answered.
+    async fn idle(&self) {
+        loop {
+            let notified = self.0 .1.notified();
+            if !self.any() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if (self.0).0 .0.fetch_sub(1, Ordering::AcqRel) == 1 {
+            (self.0).0 .1.notify_waiters();
+        }
+    }
+}
+
+/// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
+/// graceful shutdown waits) or its place gives way (above). `graceful` begins the connection's graceful shutdown.
+pub async fn drive<C: Future>(
+    connection: C,
+    graceful: fn(Pin<&mut C>),
+    mut place: Place,
+    busy: Busy,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connection = std::pin::pin!(connection);
+    let gave_way = tokio::select! {
+        _ = connection.as_mut() => return,
+        _ = place.given_way() => true,
+        _ = stop.wait_for(|stopping| *stopping) => false,
+    };
+    if gave_way && !busy.any() {
+        return; // dropped: closed
+    }
+    graceful(connection.as_mut());
+    if !gave_way {
+        connection.await;
+        return;
+    }
+    let flushed = async {
+        busy.idle().await;
+        tokio::time::sleep(FLUSH_GRACE).await;
+    };
+    tokio::select! {
+        _ = connection => {}
+        _ = flushed => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fair_share::FairShare;
+    use std::net::IpAddr;
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Context, Poll};
+
+    /// A connection that ends when told to shut down gracefully and then `open` is cleared.
+    struct Fake {
+        graceful: Arc<AtomicBool>,
+        open: Arc<AtomicBool>,
+        waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl Future for Fake {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            if self.open.load(Ordering::Acquire) {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        }
+    }
+
+    fn graceful(fake: Pin<&mut Fake>) {
+        fake.graceful.store(true, Ordering::Release);
+    }
+
+    struct Setup {
+        places: FairShare,
+        _other: Place, // the same address's second place: it holds two, so one gives way to another address
+        graceful: Arc<AtomicBool>,
+        open: Arc<AtomicBool>,
+        waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+        busy: Busy,
+        stop: watch::Sender<bool>,
+        driven: tokio::task::JoinHandle<()>,
+    }
+
+    fn setup() -> Setup {
+        let places = FairShare::new(2);
+        let peer = Some(IpAddr::from([10, 0, 0, 1]));
+        let place = places.admit(peer).unwrap();
+        let other = places.admit(peer).unwrap(); // taken later: the first is the quietest
+        let (graceful_flag, open) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(true)),
+        );
+        let waker = Arc::new(std::sync::Mutex::new(None));
+        let fake = Fake {
+            graceful: graceful_flag.clone(),
+            open: open.clone(),
+            waker: waker.clone(),
+        };
+        let busy = Busy::default();
+        let (stop, stopping) = watch::channel(false);
+        let driven = tokio::spawn(drive(fake, graceful, place, busy.clone(), stopping));
+        Setup {
+            places,
+            _other: other,
+            graceful: graceful_flag,
+            open,
+            waker,
+            busy,
+            stop,
+            driven,
+        }
+    }
+
+    fn close(setup: &Setup) {
+        setup.open.store(false, Ordering::Release);
+        if let Some(waker) = setup.waker.lock().unwrap().take() {
+            waker.wake();
+        }
+    }
+
+    fn newcomer(setup: &Setup) -> Place {
+        setup
+            .places
+            .admit(Some(IpAddr::from([10, 0, 0, 2])))
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_that_gives_way_is_closed_at_once() {
+        let setup = setup();
+        tokio::task::yield_now().await;
+        let _newcomer = newcomer(&setup);
+        setup.driven.await.unwrap();
+        assert!(
+            !setup.graceful.load(Ordering::Acquire),
+            "dropped, not shut down gracefully"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_answering_finishes_its_answer_first() {
+        let setup = setup();
+        let answering = setup.busy.enter();
+        tokio::task::yield_now().await;
+        let _newcomer = newcomer(&setup);
+        tokio::time::sleep(Duration::from_secs(3600)).await; // a slow model: still waited for
+        assert!(setup.graceful.load(Ordering::Acquire));
+        assert!(!setup.driven.is_finished());
+        drop(answering);
+        tokio::task::yield_now().await;
+        close(&setup); // the answer left, hyper closed it
+        setup.driven.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_nobody_reads_holds_it_only_for_the_flush_grace() {
+        let setup = setup();
+        let answering = setup.busy.enter();
+        tokio::task::yield_now().await;
+        let _newcomer = newcomer(&setup);
+        tokio::task::yield_now().await;
+        drop(answering); // the answer is ready; the client does not read it, so the connection does not end
+        let started = tokio::time::Instant::now();
+        setup.driven.await.unwrap();
+        assert_eq!(started.elapsed(), FLUSH_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_the_port_shuts_it_down_gracefully_and_waits() {
+        let setup = setup();
+        tokio::task::yield_now().await;
+        setup.stop.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(setup.graceful.load(Ordering::Acquire));
+        assert!(!setup.driven.is_finished());
+        close(&setup);
+        setup.driven.await.unwrap();
+    }
+}
