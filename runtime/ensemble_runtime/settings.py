@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-max-connections", type=_positive(int, below=2**63),
                    help="gRPC connections open at once (both front ends): past it, the new one is closed at once "
                         "or, on the native front end, when another address holds at least two more than the new "
-                        "one's, that address's quietest connection is; default 1024")
+                        "one's, that address's quietest connection is (after the calls it is answering, if any); "
+                        "default 1024")
     p.add_argument("--grpc-max-incomplete-calls", type=_positive(int, below=2**63),
                    help="unary gRPC calls, across all connections, whose request message has not arrived in full "
                         "(--grpc-frontend=native): at the limit, the one that has waited longest gives way to a new "

@@ -75,6 +75,14 @@ class RawConnection:
         _send_body(self.sock, self.conn, stream, b"".join(frames))
         return _answer(self.sock, self.conn, stream)
 
+    def start(self, stream: int, frames: Sequence[bytes]) -> None:
+        """Sends the message of a call opened by `open_call`, ending its requests; its answer is read by `answer`."""
+        _send_body(self.sock, self.conn, stream, b"".join(frames))
+
+    def answer(self, stream: int) -> RawAnswer:
+        """The answer of a call `start` sent (read until it ends)."""
+        return _answer(self.sock, self.conn, stream)
+
     def ended(self, streams: int, timeout: float) -> dict[int, RawAnswer]:
         """Reads until `streams` calls have ended (or `timeout` passes): the answer of each, by stream."""
         fields: dict[int, dict[str, str]] = {}

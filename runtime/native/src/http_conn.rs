@@ -7,53 +7,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
+pub use crate::busy::{Busy, FLUSH_GRACE};
 use crate::fair_share::Place;
-
-/// How long the answer of a connection that gave way may take to leave once it is ready.
-pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
-
-/// The requests of one connection being answered (from the handler's start to its response's head).
-#[derive(Clone, Default)]
-pub struct Busy(Arc<(AtomicUsize, Notify)>);
-
-/// One request being answered, until dropped.
-pub struct Answering(Busy);
-
-impl Busy {
-    pub fn enter(&self) -> Answering {
-        self.0 .0.fetch_add(1, Ordering::AcqRel);
-        Answering(self.clone())
-    }
-
-    pub fn any(&self) -> bool {
-        self.0 .0.load(Ordering::Acquire) > 0
-    }
-
-    /// Once no request is being answered.
-    async fn idle(&self) {
-        loop {
-            let notified = self.0 .1.notified();
-            if !self.any() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for Answering {
-    fn drop(&mut self) {
-        if (self.0).0 .0.fetch_sub(1, Ordering::AcqRel) == 1 {
-            (self.0).0 .1.notify_waiters();
-        }
-    }
-}
 
 /// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
 /// graceful shutdown waits) or its place gives way (above). `graceful` begins the connection's graceful shutdown.
@@ -78,13 +36,9 @@ pub async fn drive<C: Future>(
         connection.await;
         return;
     }
-    let flushed = async {
-        busy.idle().await;
-        tokio::time::sleep(FLUSH_GRACE).await;
-    };
     tokio::select! {
         _ = connection => {}
-        _ = flushed => {}
+        _ = busy.flushed() => {}
     }
 }
 
@@ -93,8 +47,10 @@ mod tests {
     use super::*;
     use crate::fair_share::FairShare;
     use std::net::IpAddr;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use std::task::{Context, Poll};
+    use std::time::Duration;
 
     /// A connection that ends when told to shut down gracefully and then `open` is cleared.
     struct Fake {

@@ -4,6 +4,7 @@
 //! What a request means stays in Python; this crate parses and writes the wire.
 
 pub mod budget;
+pub mod busy;
 pub mod codings;
 pub mod fair_share;
 pub mod grpc_plain;

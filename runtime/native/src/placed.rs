@@ -1,27 +1,68 @@
 //! A connection that holds a place among those its port keeps open (crate::fair_share): it notes when bytes
-//! arrive on it (how quiet it is), and once told to give way its reads fail, so the server drops it.
+//! arrive on it (how quiet it is), and once told to give way its reads fail, so the server drops it: at once when
+//! no unary call is being answered on it, else once those are answered and had FLUSH_GRACE to leave, new calls on
+//! it answered UNAVAILABLE meanwhile (tonic serves each connection itself: there is no GOAWAY of one to send).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
+use crate::busy::Busy;
 use crate::fair_share::{Heard, Place};
+
+type Leaving = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// `io` holding `place` until it is dropped (the connection is closed).
 pub struct Placed<T> {
     io: T,
     place: Place,
+    busy: Busy,
+    /// Told to give way: None before; then, while calls are being answered, until they are.
+    leaving: Option<Option<Leaving>>,
+}
+
+/// A placed connection's info for the calls on it: the inner connection's, and what it is answering.
+#[derive(Clone)]
+pub struct PlacedInfo<I> {
+    pub inner: I,
+    pub busy: Busy,
 }
 
 impl<T> Placed<T> {
     pub fn new(io: T, place: Place) -> Self {
-        Self { io, place }
+        Self {
+            io,
+            place,
+            busy: Busy::default(),
+            leaving: None,
+        }
     }
 
     pub fn get_ref(&self) -> &T {
         &self.io
+    }
+
+    /// Whether it must close now (it gave way, and nothing it answers holds it).
+    fn poll_gone(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.leaving.is_none() {
+            if !self.place.poll_given_way(cx) {
+                return false;
+            }
+            self.busy.leave();
+            let busy = self.busy.clone();
+            self.leaving = Some(
+                self.busy
+                    .any()
+                    .then(|| Box::pin(async move { busy.flushed().await }) as Leaving),
+            );
+        }
+        match &mut self.leaving {
+            Some(Some(leaving)) => leaving.as_mut().poll(cx).is_ready(),
+            _ => true,
+        }
     }
 }
 
@@ -32,7 +73,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        if me.place.poll_given_way(cx) {
+        if me.poll_gone(cx) {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the port's connections are all taken, and this one gave way to one from another address",
@@ -44,6 +85,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
             me.place.heard();
         }
         polled
+    }
+}
+
+impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Placed<T> {
+    type ConnectInfo = PlacedInfo<T::ConnectInfo>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        PlacedInfo {
+            inner: self.io.connect_info(),
+            busy: self.busy.clone(),
+        }
     }
 }
 
@@ -81,9 +133,22 @@ impl<T: AsyncRead + Unpin> AsyncRead for Noted<T> {
 }
 
 /// For a connection wrapper whose field `io` is the connection: writes go straight to it, and tonic's connection
-/// info is its.
+/// info is its (`write_only`: the wrapper gives its own).
 macro_rules! writes_through {
     ($wrapper:ident) => {
+        $crate::placed::writes_through!($wrapper, write_only);
+
+        impl<T: ::tonic::transport::server::Connected> ::tonic::transport::server::Connected
+            for $wrapper<T>
+        {
+            type ConnectInfo = T::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.io.connect_info()
+            }
+        }
+    };
+    ($wrapper:ident, write_only) => {
         impl<T: ::tokio::io::AsyncWrite + Unpin> ::tokio::io::AsyncWrite for $wrapper<T> {
             fn poll_write(
                 self: ::std::pin::Pin<&mut Self>,
@@ -119,21 +184,11 @@ macro_rules! writes_through {
                 ::std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
             }
         }
-
-        impl<T: ::tonic::transport::server::Connected> ::tonic::transport::server::Connected
-            for $wrapper<T>
-        {
-            type ConnectInfo = T::ConnectInfo;
-
-            fn connect_info(&self) -> Self::ConnectInfo {
-                self.io.connect_info()
-            }
-        }
     };
 }
 pub(crate) use writes_through;
 
-writes_through!(Placed);
+writes_through!(Placed, write_only);
 writes_through!(Noted);
 
 #[cfg(test)]
@@ -163,5 +218,32 @@ mod tests {
         let failed = waiting.await.unwrap().unwrap_err(); // woken, not left waiting for bytes
         assert_eq!(failed.kind(), io::ErrorKind::ConnectionAborted);
         assert_eq!(places.taken(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_answering_a_call_gives_way_once_it_is_answered() {
+        let places = FairShare::new(2);
+        let first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
+        let _second = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut placed = Placed::new(near, first);
+        let busy = tonic::transport::server::Connected::connect_info(&placed).busy;
+        let answering = busy.enter();
+        let _newcomer = places.admit(Some(IpAddr::from([10, 0, 0, 2]))).unwrap();
+        far.write_all(b"abc").await.unwrap(); // still read while the call is answered (its flow control, pings)
+        let mut read = [0u8; 3];
+        placed.read_exact(&mut read).await.unwrap();
+        assert!(busy.leaving(), "new calls on it are refused");
+        let waiting = tokio::spawn(async move {
+            let mut more = [0u8; 1];
+            placed.read(&mut more).await
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await; // a slow model: waited for
+        assert!(!waiting.is_finished());
+        drop(answering);
+        let answered = tokio::time::Instant::now();
+        let failed = waiting.await.unwrap().unwrap_err();
+        assert_eq!(failed.kind(), io::ErrorKind::ConnectionAborted);
+        assert_eq!(answered.elapsed(), crate::busy::FLUSH_GRACE);
     }
 }

@@ -22,12 +22,13 @@ use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::{Response, Status};
 
 use crate::budget::{CallBudget, CallLimits, WaitingCall};
+use crate::busy::Busy;
 use crate::fair_share::FairShare;
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
-use crate::placed::Placed;
+use crate::placed::{Placed, PlacedInfo};
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
 use crate::running::Running;
@@ -38,6 +39,10 @@ pub const HEALTH: &str = "grpc.health.v1.Health";
 pub const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 pub const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
+/// A call on a connection that gave way and is finishing the calls it had: a new connection takes it.
+pub const GAVE_WAY: &str =
+    "this connection gave way to one from another address (the port's connections are all \
+taken) and takes no new call; open a new connection";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[
@@ -132,8 +137,8 @@ impl Core {
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
             let peer = request
                 .extensions()
-                .get::<TcpConnectInfo>()
-                .and_then(TcpConnectInfo::remote_addr)
+                .get::<PlacedInfo<TcpConnectInfo>>()
+                .and_then(|placed| placed.inner.remote_addr())
                 .map(|address| address.ip());
             let open = match self.budget.open_stream(peer) {
                 Ok(permit) => permit,
@@ -146,6 +151,15 @@ impl Core {
             };
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
+            // answered before its connection closes, when the connection gives way (crate::placed)
+            let busy = request
+                .extensions()
+                .get::<PlacedInfo<TcpConnectInfo>>()
+                .map(|placed| placed.busy.clone());
+            if busy.as_ref().is_some_and(Busy::leaving) {
+                return Status::unavailable(GAVE_WAY).into_http();
+            }
+            let _answering = busy.as_ref().map(Busy::enter);
             let (waiting, give_way) = self.budget.incomplete_call();
             let unary = Unary {
                 core: self,

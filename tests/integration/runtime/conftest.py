@@ -21,3 +21,18 @@ def server(repository: Path) -> Iterator[RuntimeProcess]:
         proc.wait_model_ready("add_sub")
         proc.wait_model_ready("py_add_sub")
         yield proc
+
+
+@pytest.fixture(scope="module")
+def held_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where `py_held` marks an execution started (`started`) and waits for the test's release (`release`)."""
+    return tmp_path_factory.mktemp("held")
+
+
+@pytest.fixture(scope="module")
+def held_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository of one model, `py_held` (X -> Y, FP32 [1]): each execution waits for the test's release; the
+    runtime serving it needs HELD_MODEL_DIR set to `held_dir`."""
+    root = tmp_path_factory.mktemp("held-repo")
+    repo.held_model(root)
+    return root

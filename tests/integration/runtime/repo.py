@@ -95,3 +95,8 @@ BROKEN = {
     "broken_onnx": "model.onnx",
     "init_fails": "cannot open the tokenizer vocabulary",
 }
+
+
+def held_model(root: Path) -> None:
+    """`py_held` in `root`: an execution that waits for the test (models/py_held/model.py)."""
+    _model(root, "py_held", PY_FAIL_CONFIG, {"1/model.py": MODELS / "py_held" / "model.py"})

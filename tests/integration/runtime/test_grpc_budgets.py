@@ -1,7 +1,7 @@
 """The gRPC port's bounds across all its connections: connections open at once (`--grpc-max-connections`, both front
 ends: one past it is closed at once, and its place comes back when one closes; on the native front end a newcomer
 from an address holding fewer than another takes a place from that other's quietest connection, so one address
-cannot keep the others out); on the native front end, unary calls
+cannot keep the others out, after the calls that connection is answering); on the native front end, unary calls
 whose message has not arrived (`--grpc-max-incomplete-calls`: at the limit, the one that has waited longest gives way
 to the new one, so calls that never send their message do not keep others out) and open streams
 (`--grpc-max-open-streams`: one past it is refused). Both answer RESOURCE_EXHAUSTED at once, naming the flag. Without them, connections times the
@@ -134,6 +134,57 @@ def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProces
         for sock in held:
             sock.close()
     _serving_again(budgeted)
+
+
+HELD_CONNECTIONS = 4
+
+
+@pytest.fixture(scope="module")
+def held_limited(repository: Path, held_repository: Path, held_dir: Path) -> Iterator[RuntimeProcess]:
+    """The native front end with a few connection places, serving `py_held` (an execution the test releases)."""
+    with RuntimeProcess([repository, held_repository], ["--grpc-frontend=native", "--strict-readiness=false",
+                                                        f"--grpc-max-connections={HELD_CONNECTIONS}"],
+                        env={"HELD_MODEL_DIR": str(held_dir)}) as proc:
+        proc.wait_ready()
+        proc.wait_model_ready("py_held")
+        yield proc
+
+
+def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: RuntimeProcess,
+                                                                   held_dir: Path) -> None:
+    """The connection waiting longest on the server has read nothing for longest: the quietest. Told to give way
+    while a call on it is being answered, it answers that call first (a new call on it meanwhile is UNAVAILABLE,
+    saying why), then closes; before, it was closed at once and the call lost."""
+    live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
+    infer = pb.ModelInferRequest(model_name="py_held", raw_input_contents=[np.float32(7).tobytes()], inputs=[
+        pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1])])
+    deadline = time.monotonic() + LOADED
+    with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.1") as waiting:
+        call = waiting.open_call(MODEL_INFER)
+        waiting.start(call, [raw_grpc.frame(infer.SerializeToString())])
+        while not (held_dir / "started").exists():
+            assert time.monotonic() < deadline, "py_held never started"
+            time.sleep(0.01)
+        others = [_place(held_limited, deadline) for _ in range(HELD_CONNECTIONS - 1)]
+        try:
+            time.sleep(0.05)
+            for sock in others:  # quieter than the waiting connection: it is the quietest by a margin
+                _ping(sock)
+            with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
+                assert second.call(SERVER_LIVE, live).status == 0  # served: a place was given up for it
+                refused = waiting.call(SERVER_LIVE, live)
+                assert refused.status == grpc.StatusCode.UNAVAILABLE.value[0], refused
+                assert "gave way" in refused.message
+                (held_dir / "release").write_text("")
+                answer = waiting.answer(call)
+                assert answer.status == 0, answer
+                assert pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents == [np.float32(7).tobytes()]
+                wait_closed(waiting.sock, LOADED)  # once its answer had the flush grace (5 s) to leave
+                assert all(is_open(sock) for sock in others)
+                assert second.call(SERVER_LIVE, live).status == 0
+        finally:
+            for sock in others:
+                sock.close()
 
 
 def _ping(sock: socket.socket) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.runtime.repo import MODELS, PY_FAIL_CONFIG
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED, is_open, wait_closed
 
@@ -30,17 +28,7 @@ PORTS = {"http": "/v2/health/live", "metrics": "/metrics"}
 
 
 @pytest.fixture(scope="module")
-def held_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where `py_held` marks an execution started and waits for the test's release."""
-    return tmp_path_factory.mktemp("held")
-
-
-@pytest.fixture(scope="module")
-def limited(repository: Path, held_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeProcess]:
-    held_repository = tmp_path_factory.mktemp("held-repo")
-    (held_repository / "py_held" / "1").mkdir(parents=True)
-    (held_repository / "py_held" / "config.pbtxt").write_text(PY_FAIL_CONFIG)
-    shutil.copy(MODELS / "py_held" / "model.py", held_repository / "py_held" / "1" / "model.py")
+def limited(repository: Path, held_repository: Path, held_dir: Path) -> Iterator[RuntimeProcess]:
     with RuntimeProcess([repository, held_repository], ["--strict-readiness=false",
                                                         f"--http-max-connections={MAX_CONNECTIONS}"],
                         env={"HELD_MODEL_DIR": str(held_dir)}) as proc:
