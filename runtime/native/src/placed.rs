@@ -19,6 +19,7 @@ type Leaving = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub struct Placed<T> {
     io: T,
     place: Place,
+    heard: Heard, // the place's
     busy: Busy,
     /// Told to give way: None before; then, while calls are being answered, until they are.
     leaving: Option<Option<Leaving>>,
@@ -35,6 +36,7 @@ impl<T> Placed<T> {
     pub fn new(io: T, place: Place) -> Self {
         Self {
             io,
+            heard: place.hearing(),
             place,
             busy: Busy::default(),
             leaving: None,
@@ -79,13 +81,23 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
                 "the port's connections are all taken, and this one gave way to one from another address",
             )));
         }
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            me.place.heard();
-        }
-        polled
+        read_noting(&mut me.io, &me.heard, cx, buf)
     }
+}
+
+/// A read of `io`, noted in `heard` when bytes came.
+fn read_noting<T: AsyncRead + Unpin>(
+    io: &mut T,
+    heard: &Heard,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    let before = buf.filled().len();
+    let polled = Pin::new(io).poll_read(cx, buf);
+    if buf.filled().len() > before {
+        heard.now();
+    }
+    polled
 }
 
 impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Placed<T> {
@@ -123,12 +135,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Noted<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            me.heard.now();
-        }
-        polled
+        read_noting(&mut me.io, &me.heard, cx, buf)
     }
 }
 
