@@ -72,8 +72,8 @@ class RawConnection:
 
     def send(self, stream: int, frames: Sequence[bytes]) -> RawAnswer:
         """Sends the message of a call opened by `open_call`, ending its requests, and reads its answer."""
-        _send_body(self.sock, self.conn, stream, b"".join(frames))
-        return _answer(self.sock, self.conn, stream)
+        self.start(stream, frames)
+        return self.answer(stream)
 
     def start(self, stream: int, frames: Sequence[bytes]) -> None:
         """Sends the message of a call opened by `open_call`, ending its requests; its answer is read by `answer`."""
