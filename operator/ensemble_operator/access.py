@@ -42,6 +42,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--http-max-json-bytes",
     "--http-body-timeout-secs",
     "--http-max-connections",
+    "--http-send-timeout-secs",
     "--max-config-bytes",
     "--grpc-keepalive-time",
     "--grpc-keepalive-timeout",
@@ -50,6 +51,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-max-connections",
     "--grpc-max-incomplete-calls",
     "--grpc-max-open-streams",
+    "--grpc-send-timeout-secs",
 )
 MAX_IMAGE_LENGTH = 512
 

@@ -170,7 +170,8 @@ class Server:
                 self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
                                                      s.http_restrictions(), threads=s.http_native_threads,
                                                      body_timeout_secs=s.http_body_timeout_secs,
-                                                     max_connections=s.http_max_connections)
+                                                     max_connections=s.http_max_connections,
+                                                     send_timeout_secs=s.http_send_timeout_secs)
                 await self._native_http.start(s.http_address, s.http_port)
             else:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))
@@ -182,7 +183,8 @@ class Server:
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
                                                         METRICS_BODY_BYTES, threads=1,
                                                         body_timeout_secs=s.http_body_timeout_secs,
-                                                        max_connections=s.http_max_connections, serves_infer=False)
+                                                        max_connections=s.http_max_connections, serves_infer=False,
+                                                        send_timeout_secs=s.http_send_timeout_secs)
                 await self._native_metrics.start(s.metrics_address, s.metrics_port)
             else:
                 self._runners.append(await start_http(metrics_app, s.metrics_address, s.metrics_port))

@@ -32,6 +32,10 @@ class HttpFrontend(enum.Enum):
     NATIVE = "native"  # the Rust core serves the infer endpoint and forwards the rest to the aiohttp app
 
 
+# a write that waits this long for the peer to take bytes closes the connection (native cores; nginx's send_timeout)
+SEND_TIMEOUT_SECS = 60.0
+
+
 class GrpcConnections(BaseModel, frozen=True):
     """How the gRPC port treats its connections (both front ends)."""
 
@@ -44,6 +48,7 @@ class GrpcConnections(BaseModel, frozen=True):
     max_connections: int = Field(default=1024, gt=0, lt=2**63)
     max_incomplete_calls: int = Field(default=4096, gt=0, lt=2**63)
     max_open_streams: int = Field(default=2048, gt=0, lt=2**63)
+    send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS  # native front end
 
 
 class RuntimeSettings(BaseModel):
@@ -74,12 +79,14 @@ class RuntimeSettings(BaseModel):
     grpc_max_connections: int = Field(default=GrpcConnections().max_connections, gt=0, lt=2**63)
     grpc_max_incomplete_calls: int = Field(default=GrpcConnections().max_incomplete_calls, gt=0, lt=2**63)
     grpc_max_open_streams: int = Field(default=GrpcConnections().max_open_streams, gt=0, lt=2**63)
+    grpc_send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     http_body_timeout_secs: PositiveFloat = 30.0  # the grace a body has past its headers (native HTTP core)
     http_max_connections: int = Field(default=1024, gt=0, lt=2**63)  # native HTTP core
+    http_send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS  # native HTTP core
     max_config_bytes: int = 1024 * 1024
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
@@ -112,7 +119,8 @@ class RuntimeSettings(BaseModel):
                                max_concurrent_streams=self.grpc_max_concurrent_streams,
                                max_connections=self.grpc_max_connections,
                                max_incomplete_calls=self.grpc_max_incomplete_calls,
-                               max_open_streams=self.grpc_max_open_streams)
+                               max_open_streams=self.grpc_max_open_streams,
+                               send_timeout_secs=self.grpc_send_timeout_secs)
 
 
 def _bool(text: str) -> bool:
@@ -188,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--grpc-frontend=native): past it, the new one is refused RESOURCE_EXHAUSTED or, when "
                         "another address holds at least two more than the new one's, that address's quietest stream "
                         "ends RESOURCE_EXHAUSTED; default 2048")
+    p.add_argument("--grpc-send-timeout-secs", type=_positive(float),
+                   help="a gRPC connection whose peer takes none of the answers' bytes for this long (a write has "
+                        "waited on it that long) is closed, its calls with it (--grpc-frontend=native; nginx's "
+                        "send_timeout); a peer that reads slowly is kept; default 60")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "
@@ -204,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HTTP connections open at once (--http-frontend=native): past it, the new one is closed at "
                         "once or, when another address holds at least two more than the new one's, that address's "
                         "quietest connection is (after the answer it is sending, if any); default 1024")
+    p.add_argument("--http-send-timeout-secs", type=_positive(float),
+                   help="an HTTP connection (and a metrics one) whose peer takes none of the answer's bytes for "
+                        "this long (a write has waited on it that long) is closed (--http-frontend=native; nginx's "
+                        "send_timeout); a peer that reads slowly is kept; default 60")
     p.add_argument("--http-max-json-bytes", type=int,
                    help="largest JSON part of an HTTP request (JSON is parsed, not mapped: keep it well below the "
                         "body limit and send large tensors as binary data); larger: 413")

@@ -39,3 +39,30 @@ def is_open(sock: socket.socket) -> bool:
         return False
     finally:
         sock.settimeout(LOADED)
+
+
+def server_keeps(sock: socket.socket) -> bool:
+    """Whether the server's end of `sock` (a loopback IPv4 connection) is still an open connection: its socket in
+    /proc/net/tcp, ESTABLISHED. A server that closes it while answers wait in its send buffer leaves it in
+    FIN_WAIT1 (or gone, after a reset) without the client reading anything: closed, seen from outside."""
+    server_host, server_port = sock.getpeername()[:2]
+    client_host, client_port = sock.getsockname()[:2]
+
+    def address(host: str, port: int) -> str:  # as /proc/net/tcp writes it: the address little-endian, in hex
+        return f"{int.from_bytes(socket.inet_aton(host), 'little'):08X}:{port:04X}"
+
+    local, remote = address(server_host, server_port), address(client_host, client_port)
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2] == remote:
+                return fields[3] == "01"  # ESTABLISHED
+    return False
+
+
+def wait_server_closed(sock: socket.socket, timeout: float) -> None:
+    """Waits until the server has closed its end of `sock` (`server_keeps`), reading nothing from it."""
+    deadline = time.monotonic() + timeout
+    while server_keeps(sock):
+        assert time.monotonic() < deadline, f"the server still keeps the connection after {timeout} s"
+        time.sleep(0.05)

@@ -52,7 +52,8 @@ def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]]
                     max_concurrent_streams=connections.max_concurrent_streams,
                     max_connections=connections.max_connections,
                     max_incomplete_calls=connections.max_incomplete_calls,
-                    max_open_streams=connections.max_open_streams)
+                    max_open_streams=connections.max_open_streams,
+                    send_timeout=connections.send_timeout_secs)
 
 
 class NativeGrpcServer:

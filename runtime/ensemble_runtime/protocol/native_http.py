@@ -31,6 +31,7 @@ from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
 from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
 from ensemble_runtime.restrictions import Category, Restrictions
+from ensemble_runtime.settings import SEND_TIMEOUT_SECS
 from ensemble_runtime.shared_memory import SharedMemoryRegistry, sends_to_shared_memory
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ class NativeHttpServer:
     def __init__(
         self, dataplane: DataPlane, app: web.Application, max_body_bytes: int, max_json_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, body_timeout_secs: float = 30.0,
-        max_connections: int = 1024, serves_infer: bool = True,
+        max_connections: int = 1024, serves_infer: bool = True, send_timeout_secs: float = SEND_TIMEOUT_SECS,
     ) -> None:
         self._dp = dataplane
         self._app = app
@@ -166,6 +167,7 @@ class NativeHttpServer:
         self._body_timeout_secs = body_timeout_secs
         self._max_connections = max_connections
         self._serves_infer = serves_infer
+        self._send_timeout_secs = send_timeout_secs
         self._core: HttpCore | None = None
         self._runner: web.AppRunner | None = None
         self._socket_dir: Path | None = None
@@ -179,7 +181,8 @@ class NativeHttpServer:
         self._runner = await start_http_unix(self._app, str(upstream))
         body, json = self._limits
         self._core = HttpCore(_limit(body), _limit(json), self._restriction, str(upstream), self._threads,
-                              self._body_timeout_secs, self._max_connections, self._serves_infer)
+                              self._body_timeout_secs, self._max_connections, self._serves_infer,
+                              self._send_timeout_secs)
         bound = self._core.start(address, port)
         log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
         if self._serves_infer:

@@ -37,6 +37,8 @@ pub struct ConnectionLimits {
     /// (~0.7 KiB per call it had open at once, up to `max_concurrent_streams`), so this bounds what connections
     /// alone can hold.
     pub max_connections: usize,
+    /// A write that waits this long for the peer to take bytes closes the connection (crate::send_bound).
+    pub send_timeout: Duration,
 }
 
 /// The bytes of the handshake still to come, given the first `head` bytes received (at most `HEAD`).

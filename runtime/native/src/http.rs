@@ -35,6 +35,7 @@ use crate::placed::Noted;
 use crate::queue::WakeQueue;
 use crate::restrict::constant_time_eq;
 use crate::running::Running;
+use crate::send_bound::SendBound;
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 pub const JSON_CONTENT: &str = "application/json";
@@ -73,6 +74,8 @@ pub struct HttpConfig {
     pub body_grace: Duration,
     /// Connections open at once, shared among the addresses that open them ([`crate::fair_share`]).
     pub max_connections: usize,
+    /// A write that waits this long for the peer to take bytes closes the connection (crate::send_bound).
+    pub send_timeout: Duration,
     /// Whether the infer endpoint is answered here; if not (the metrics port), every request is forwarded.
     pub serves_infer: bool,
 }
@@ -405,8 +408,8 @@ pub fn serve(
                     };
                     // all places taken and this one not owed one: dropped, so closed
                     let Some(place) = places.admit(Some(peer.ip())) else { continue };
-                    let stream = Noted::new(stream, place.hearing());
-                    let _ = stream.get_ref().set_nodelay(true);
+                    let _ = stream.set_nodelay(true);
+                    let stream = Noted::new(SendBound::new(stream, core.config.send_timeout), place.hearing());
                     let core = core.clone();
                     let busy = Busy::default();
                     let answering = busy.clone();

@@ -18,10 +18,12 @@ pub mod http_reply;
 pub mod idle_policy;
 pub mod inflate;
 pub mod messages;
+pub mod outgoing;
 pub mod placed;
 pub mod queue;
 pub mod restrict;
 pub mod running;
+pub mod send_bound;
 pub mod service;
 pub mod stream;
 

@@ -2,16 +2,21 @@
 //! arrive on it (how quiet it is), and once told to give way its reads fail, so the server drops it: at once when
 //! no unary call is being answered on it, else once those are answered and had FLUSH_GRACE to leave, new calls on
 //! it answered UNAVAILABLE meanwhile (tonic serves each connection itself: there is no GOAWAY of one to send).
+//! Its reads fail too when answers wait and the peer has taken none of them for the send timeout
+//! (crate::outgoing).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
+use tokio::time::{Instant, Sleep};
 
 use crate::busy::Busy;
 use crate::fair_share::{Heard, Place};
+use crate::outgoing::Outgoing;
 
 type Leaving = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -23,6 +28,10 @@ pub struct Placed<T> {
     busy: Busy,
     /// Told to give way: None before; then, while calls are being answered, until they are.
     leaving: Option<Option<Leaving>>,
+    outgoing: Outgoing,
+    send_timeout: Duration,
+    /// Set to the send timeout's deadline while answers wait; when it passes, checked afresh.
+    stalled: Option<Pin<Box<Sleep>>>,
 }
 
 /// A placed connection's info for the calls on it: the inner connection's, and what it is answering.
@@ -30,16 +39,44 @@ pub struct Placed<T> {
 pub struct PlacedInfo<I> {
     pub inner: I,
     pub busy: Busy,
+    pub outgoing: Outgoing,
 }
 
 impl<T> Placed<T> {
-    pub fn new(io: T, place: Place) -> Self {
+    /// `send_timeout`: how long answers may wait with none of them taken.
+    pub fn new(io: T, place: Place, send_timeout: Duration) -> Self {
         Self {
             io,
             heard: place.hearing(),
             place,
             busy: Busy::default(),
             leaving: None,
+            outgoing: Outgoing::default(),
+            send_timeout,
+            stalled: None,
+        }
+    }
+
+    /// Whether answers have waited the send timeout with none taken (the timer set to wake it when they would).
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            let Some(since) = self.outgoing.waiting_since() else {
+                return false;
+            };
+            let deadline = since + self.send_timeout;
+            if Instant::now() >= deadline {
+                return true;
+            }
+            // the deadline only moves later: a timer set for an earlier one is set afresh once it has passed
+            match self.stalled.as_mut() {
+                Some(timer) if timer.is_elapsed() => timer.as_mut().reset(deadline),
+                Some(_) => {}
+                None => self.stalled = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            let timer = self.stalled.as_mut().expect("set above");
+            if timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
         }
     }
 
@@ -75,6 +112,15 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        if me.poll_stalled(cx) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the peer took none of the answers waiting for it for {:?}",
+                    me.send_timeout
+                ),
+            )));
+        }
         if me.poll_gone(cx) {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
@@ -107,6 +153,7 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
         PlacedInfo {
             inner: self.io.connect_info(),
             busy: self.busy.clone(),
+            outgoing: self.outgoing.clone(),
         }
     }
 }
@@ -210,7 +257,7 @@ mod tests {
         let places = FairShare::new(2);
         let first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
         let (near, mut far) = tokio::io::duplex(64);
-        let mut placed = Placed::new(near, first);
+        let mut placed = Placed::new(near, first, Duration::from_secs(3600));
         far.write_all(b"abc").await.unwrap();
         let mut read = [0u8; 3];
         placed.read_exact(&mut read).await.unwrap();
@@ -233,7 +280,7 @@ mod tests {
         let first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
         let _second = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
         let (near, mut far) = tokio::io::duplex(64);
-        let mut placed = Placed::new(near, first);
+        let mut placed = Placed::new(near, first, Duration::from_secs(3600));
         let busy = tonic::transport::server::Connected::connect_info(&placed).busy;
         let answering = busy.enter();
         let _newcomer = places.admit(Some(IpAddr::from([10, 0, 0, 2]))).unwrap();
@@ -252,5 +299,41 @@ mod tests {
         let failed = waiting.await.unwrap().unwrap_err();
         assert_eq!(failed.kind(), io::ErrorKind::ConnectionAborted);
         assert_eq!(answered.elapsed(), crate::busy::FLUSH_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_the_peer_takes_none_of_close_it_after_the_send_timeout() {
+        use crate::outgoing::PIECE;
+        use http_body_util::{BodyExt, Full};
+
+        let timeout = Duration::from_secs(60);
+        let places = FairShare::new(2);
+        let place = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut placed = Placed::new(near, place, timeout);
+        let outgoing = tonic::transport::server::Connected::connect_info(&placed).outgoing;
+        let idle = tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            let read = placed.read(&mut byte).await;
+            (placed, read)
+        });
+        tokio::time::sleep(timeout * 2).await;
+        assert!(!idle.is_finished(), "quiet with nothing to send: kept");
+        far.write_all(b"x").await.unwrap();
+        let (mut placed, read) = idle.await.unwrap();
+        assert_eq!(read.unwrap(), 1);
+        let mut answer = outgoing.track(Full::new(bytes::Bytes::from(vec![0u8; 3 * PIECE])));
+        let began = Instant::now();
+        let reading = tokio::spawn(async move {
+            let mut more = [0u8; 1];
+            placed.read(&mut more).await
+        });
+        // the peer takes a piece 50 s after the answer began (hyper asks for the next once it has room)...
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        answer.frame().await.unwrap().unwrap();
+        // ...and then none: the reads fail one send timeout after that piece
+        let failed = reading.await.unwrap().unwrap_err();
+        assert_eq!(failed.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(began.elapsed(), Duration::from_secs(50) + timeout);
     }
 }

@@ -31,11 +31,11 @@ pub struct GrpcCore {
 #[pymethods]
 impl GrpcCore {
     /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
-    /// `keepalive_time` and `keepalive_timeout` in seconds, `max_concurrent_streams` per connection and
-    /// `max_connections` (see `handshake::ConnectionLimits`); `max_incomplete_calls` and `max_open_streams` across all connections (see
+    /// `keepalive_time`, `keepalive_timeout` and `send_timeout` in seconds, `max_concurrent_streams` per
+    /// connection and `max_connections` (see `handshake::ConnectionLimits`); `max_incomplete_calls` and `max_open_streams` across all connections (see
     /// `budget::CallLimits`). The defaults are the runtime's settings' alone.
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_message_bytes: usize,
@@ -48,6 +48,7 @@ impl GrpcCore {
         max_connections: usize,
         max_incomplete_calls: usize,
         max_open_streams: usize,
+        send_timeout: f64,
     ) -> PyResult<Self> {
         let limits = ConnectionLimits {
             handshake: positive_seconds("handshake_timeout", handshake_timeout)?,
@@ -55,6 +56,7 @@ impl GrpcCore {
             keepalive_timeout: positive_seconds("keepalive_timeout", keepalive_timeout)?,
             max_concurrent_streams,
             max_connections,
+            send_timeout: positive_seconds("send_timeout", send_timeout)?,
         };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()

@@ -33,9 +33,10 @@ impl PyHttpCore {
     /// body) of the inference category; `upstream`: the Unix socket of the app that answers everything else;
     /// `body_grace`: seconds a request body has past its headers, before its pace counts (crate::http_pace);
     /// `max_connections`: connections open at once (crate::fair_share); `serves_infer`: false to forward every
-    /// request, the infer endpoint's too (the metrics port).
+    /// request, the infer endpoint's too (the metrics port); `send_timeout`: seconds a write may wait for the
+    /// peer to take bytes before the connection is closed (crate::send_bound).
     #[new]
-    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace, max_connections, serves_infer))]
+    #[pyo3(signature = (body, json, restriction, upstream, threads, body_grace, max_connections, serves_infer, send_timeout))]
     #[allow(clippy::too_many_arguments)] // Python's keywords name each one
     fn new(
         body: (usize, Vec<u8>),
@@ -46,8 +47,10 @@ impl PyHttpCore {
         body_grace: f64,
         max_connections: usize,
         serves_infer: bool,
+        send_timeout: f64,
     ) -> PyResult<Self> {
         let body_grace = positive_seconds("body_grace", body_grace)?;
+        let send_timeout = positive_seconds("send_timeout", send_timeout)?;
         let limit = |(size, refusal): (usize, Vec<u8>)| Limit {
             size,
             refusal: Bytes::from(refusal),
@@ -63,6 +66,7 @@ impl PyHttpCore {
             upstream,
             body_grace,
             max_connections,
+            send_timeout,
             serves_infer,
         };
         Ok(Self {

@@ -32,6 +32,7 @@ use crate::placed::{Placed, PlacedInfo};
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
 use crate::running::Running;
+use crate::send_bound::SendBound;
 use crate::stream::{Frame, StreamHandler, StreamIds, StreamLink};
 
 pub const INFERENCE: &str = "inference.GRPCInferenceService";
@@ -151,11 +152,13 @@ impl Core {
             };
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
-            // answered before its connection closes, when the connection gives way (crate::placed)
-            let busy = request
+            // answered before its connection closes, when the connection gives way (crate::placed); its answer
+            // counted while it is sent, so a peer that takes none of it does not keep it (crate::outgoing)
+            let (busy, outgoing) = request
                 .extensions()
                 .get::<PlacedInfo<TcpConnectInfo>>()
-                .map(|placed| placed.busy.clone());
+                .map(|placed| (placed.busy.clone(), placed.outgoing.clone()))
+                .unzip();
             if busy.as_ref().is_some_and(Busy::leaving) {
                 return Status::unavailable(GAVE_WAY).into_http();
             }
@@ -166,10 +169,14 @@ impl Core {
                 path,
                 waiting: Some(waiting),
             };
-            tokio::select! {
+            let response = tokio::select! {
                 biased;
                 response = grpc.unary(unary, request) => response,
                 status = give_way.status() => return status.into_http(),
+            };
+            match outgoing {
+                Some(outgoing) => response.map(|body| Body::new(outgoing.track(body))),
+                None => response,
             }
         } else {
             return Status::unimplemented("Method not found!").into_http();
@@ -375,7 +382,11 @@ pub fn serve(
                 // the port full and this one not owed a place: dropped, so closed
                 let place = connections.admit(peer)?;
                 Some(Ok(Deadlined::new(
-                    Placed::new(tcp, place),
+                    Placed::new(
+                        SendBound::new(tcp, limits.send_timeout),
+                        place,
+                        limits.send_timeout,
+                    ),
                     limits.handshake,
                 )))
             }

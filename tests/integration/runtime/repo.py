@@ -100,3 +100,20 @@ BROKEN = {
 def held_model(root: Path) -> None:
     """`py_held` in `root`: an execution that waits for the test (models/py_held/model.py)."""
     _model(root, "py_held", PY_FAIL_CONFIG, {"1/model.py": MODELS / "py_held" / "model.py"})
+
+
+ECHO_CONFIG = """
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def echo_model(root: Path) -> None:
+    """`echo` in `root`: ONNX Identity of an FP32 vector of any length (an answer as large as its request)."""
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "echo",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    _model(root, "echo", ECHO_CONFIG, {"1/model.onnx": model.SerializeToString()})
