@@ -197,9 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "another address holds at least two more than the new one's, that address's quietest stream "
                         "ends RESOURCE_EXHAUSTED; default 2048")
     p.add_argument("--grpc-send-timeout-secs", type=_positive(float),
-                   help="a gRPC connection whose peer takes none of the answers' bytes for this long (a write has "
-                        "waited on it that long) is closed, its calls with it (--grpc-frontend=native; nginx's "
-                        "send_timeout); a peer that reads slowly is kept; default 60")
+                   help="a gRPC connection whose peer takes none of the answers waiting for it for this long (its "
+                        "TCP reads stopped, or its HTTP/2 window gives them no room) is closed, its calls with it "
+                        "(--grpc-frontend=native; nginx's send_timeout); a peer that reads slowly is kept; default 60")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "

@@ -60,7 +60,7 @@ impl<T> Placed<T> {
     /// Whether answers have waited the send timeout with none taken (the timer set to wake it when they would).
     fn poll_stalled(&mut self, cx: &mut Context<'_>) -> bool {
         loop {
-            let Some(since) = self.outgoing.waiting_since() else {
+            let Some(since) = self.outgoing.poll_waiting_since(cx) else {
                 return false;
             };
             let deadline = since + self.send_timeout;
@@ -323,15 +323,17 @@ mod tests {
         let (mut placed, read) = idle.await.unwrap();
         assert_eq!(read.unwrap(), 1);
         let mut answer = outgoing.track(Full::new(bytes::Bytes::from(vec![0u8; 3 * PIECE])));
-        let began = Instant::now();
         let reading = tokio::spawn(async move {
             let mut more = [0u8; 1];
-            placed.read(&mut more).await
+            placed.read(&mut more).await // parked: no bytes come
         });
-        // the peer takes a piece 50 s after the answer began (hyper asks for the next once it has room)...
+        tokio::task::yield_now().await;
+        answer.frame().await.unwrap().unwrap(); // its first piece handed to HTTP/2, which has no room for it
+        let began = Instant::now();
+        // 50 s later the peer takes it (hyper asks for the next piece, which waits in turn)...
         tokio::time::sleep(Duration::from_secs(50)).await;
         answer.frame().await.unwrap().unwrap();
-        // ...and then none: the reads fail one send timeout after that piece
+        // ...and then nothing: the reads fail one send timeout after that
         let failed = reading.await.unwrap().unwrap_err();
         assert_eq!(failed.kind(), io::ErrorKind::TimedOut);
         assert_eq!(began.elapsed(), Duration::from_secs(50) + timeout);

@@ -133,12 +133,15 @@ impl Core {
             .accept_compressed(CompressionEncoding::Deflate)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
+        let placed = request
+            .extensions()
+            .get::<PlacedInfo<TcpConnectInfo>>()
+            .cloned();
         // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
         // unary call until its message has arrived (or it is told to give way to a newer one).
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
-            let peer = request
-                .extensions()
-                .get::<PlacedInfo<TcpConnectInfo>>()
+            let peer = placed
+                .as_ref()
                 .and_then(|placed| placed.inner.remote_addr())
                 .map(|address| address.ip());
             let open = match self.budget.open_stream(peer) {
@@ -152,13 +155,8 @@ impl Core {
             };
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
-            // answered before its connection closes, when the connection gives way (crate::placed); its answer
-            // counted while it is sent, so a peer that takes none of it does not keep it (crate::outgoing)
-            let (busy, outgoing) = request
-                .extensions()
-                .get::<PlacedInfo<TcpConnectInfo>>()
-                .map(|placed| (placed.busy.clone(), placed.outgoing.clone()))
-                .unzip();
+            // answered before its connection closes, when the connection gives way (crate::placed)
+            let busy = placed.as_ref().map(|placed| placed.busy.clone());
             if busy.as_ref().is_some_and(Busy::leaving) {
                 return Status::unavailable(GAVE_WAY).into_http();
             }
@@ -169,17 +167,18 @@ impl Core {
                 path,
                 waiting: Some(waiting),
             };
-            let response = tokio::select! {
+            tokio::select! {
                 biased;
                 response = grpc.unary(unary, request) => response,
                 status = give_way.status() => return status.into_http(),
-            };
-            match outgoing {
-                Some(outgoing) => response.map(|body| Body::new(outgoing.track(body))),
-                None => response,
             }
         } else {
             return Status::unimplemented("Method not found!").into_http();
+        };
+        // its pieces counted while they wait, so a peer that takes none does not keep them (crate::outgoing)
+        let response = match placed {
+            Some(placed) => response.map(|body| Body::new(placed.outgoing.track(body))),
+            None => response,
         };
         // a refusal before the handler ran carries its status in the extensions (tonic's Status::into_http)
         match response

@@ -26,7 +26,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from tests.integration.runtime import repo
 from tests.support import raw_grpc
-from tests.support.grpc_port import MODEL_INFER
+from tests.support.grpc_port import MODEL_INFER, MODEL_STREAM_INFER
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED, server_keeps, wait_server_closed
 
@@ -142,16 +142,18 @@ def test_grpc_a_peer_that_reads_nothing_is_closed(echo_server: RuntimeProcess) -
     _still_serving(echo_server)
 
 
-def test_grpc_a_peer_that_gives_the_answer_no_room_is_closed(echo_server: RuntimeProcess) -> None:
+@pytest.mark.parametrize("method", [MODEL_INFER, MODEL_STREAM_INFER])
+def test_grpc_a_peer_that_gives_the_answer_no_room_is_closed(echo_server: RuntimeProcess, method: str) -> None:
     """A zero HTTP/2 window: the peer reads every byte the server sends (PINGs and SETTINGS are answered) but lets
-    no answer through, as a client library does for a call its application stopped reading."""
+    no answer through, as a client library does for a call its application stopped reading; a unary answer or a
+    stream's."""
     data = np.ones(ELEMENTS, np.float32).tobytes()
     request = pb.ModelInferRequest(model_name="echo", raw_input_contents=[data])
     request.inputs.add(name="x", datatype="FP32", shape=[ELEMENTS])
     with raw_grpc.RawConnection(echo_server.grpc_url, LOADED) as connection:
         connection.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
         connection.sock.sendall(connection.conn.data_to_send())
-        stream = connection.open_call(MODEL_INFER)
+        stream = connection.open_call(method)
         connection.start(stream, [raw_grpc.frame(request.SerializeToString())])
         deadline = time.monotonic() + SEND_TIMEOUT + LOADED
         with pytest.raises(ConnectionError):  # reading all the while: it ends with the connection, unanswered
