@@ -47,6 +47,7 @@ class RawConnection:
         host, _, port = address.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout, source_address=(source, 0))
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self._heads: dict[int, dict[str, str]] = {}  # response headers `opened` read before they were asked for
 
     def __enter__(self) -> RawConnection:
         self.conn.initiate_connection()
@@ -78,6 +79,25 @@ class RawConnection:
     def start(self, stream: int, frames: Sequence[bytes]) -> None:
         """Sends the message of a call opened by `open_call`, ending its requests; its answer is read by `answer`."""
         _send_body(self.sock, self.conn, stream, b"".join(frames))
+
+    def more(self, stream: int, frames: Sequence[bytes]) -> None:
+        """Sends more messages on a call opened by `open_call`, leaving its requests open (a stream's; each small
+        enough for the window)."""
+        self.conn.send_data(stream, b"".join(frames), end_stream=False)
+        self.sock.sendall(self.conn.data_to_send())
+
+    def opened(self, stream: int) -> dict[str, str]:
+        """Reads until the response headers of `stream` (the server took the call); returns them. Headers of
+        other calls read meanwhile are kept for their own `opened`; nothing else may arrive meanwhile."""
+        while stream not in self._heads:
+            received = self.sock.recv(65536)
+            if not received:
+                raise ConnectionError("the server closed the connection before answering the call's headers")
+            for event in self.conn.receive_data(received):
+                if isinstance(event, h2.events.ResponseReceived):
+                    self._heads[event.stream_id] = {str(k): str(v) for k, v in event.headers}
+            self.sock.sendall(self.conn.data_to_send())
+        return self._heads.pop(stream)
 
     def answer(self, stream: int) -> RawAnswer:
         """The answer of a call `start` sent (read until it ends)."""

@@ -66,3 +66,18 @@ def wait_server_closed(sock: socket.socket, timeout: float) -> None:
     while server_keeps(sock):
         assert time.monotonic() < deadline, f"the server still keeps the connection after {timeout} s"
         time.sleep(0.05)
+
+
+def wait_port_settled(port: int, timeout: float) -> None:
+    """Waits until the server listening on loopback `port` has closed every connection its client closed (none of
+    the server's ends in CLOSE_WAIT in /proc/net/tcp): whatever those connections held on the server is free."""
+    suffix = f":{port:04X}"
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/proc/net/tcp", encoding="ascii") as table:
+            waiting = [line for line in table.readlines()[1:]
+                       if line.split()[1].endswith(suffix) and line.split()[3] == "08"]  # CLOSE_WAIT
+        if not waiting:
+            return
+        assert time.monotonic() < deadline, f"the server has not closed {len(waiting)} closed connections"
+        time.sleep(0.05)

@@ -9,13 +9,16 @@ wait in a bounded queue for the client to read them.
 Every streamed response carries Triton's `triton_final_response` parameter; a decoupled model's final flag
 sent without a response becomes an empty response only when the request asked for it with
 `triton_enable_empty_final_response` (a reserved parameter, not passed on to the model), as in Triton.
+
+`answered`, when given, is called once per request after its last message was taken from the session (the native
+core's stream ends on a connection that gave way once the requests it read are answered).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
@@ -31,14 +34,17 @@ EMPTY_FINAL = "triton_enable_empty_final_response"
 FINAL = "triton_final_response"
 DEFAULT_LIMIT = 64
 _DONE = object()
+_ANSWERED = object()  # follows a request's last message
 
 
 class StreamSession:
     """One ModelStreamInfer call over the data plane."""
 
-    def __init__(self, dataplane: DataPlane, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, dataplane: DataPlane, limit: int = DEFAULT_LIMIT,
+                 answered: Callable[[], None] | None = None) -> None:
         self._dp = dataplane
         self._limit = max(1, limit)
+        self._answered = answered
 
     async def run(
         self, requests: AsyncIterator[pb.ModelInferRequest]
@@ -48,12 +54,15 @@ class StreamSession:
         slots = asyncio.Semaphore(self._limit)
         tasks: set[asyncio.Task[None]] = set()
         failure: list[BaseException] = []
+        answered = self._answered
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
                 async with contextlib.aclosing(self._answer(request)) as messages:
                     async for message in messages:
                         await out.put(message)
+                if answered is not None:
+                    await out.put(_ANSWERED)
             finally:
                 slots.release()
 
@@ -77,6 +86,10 @@ class StreamSession:
                 message = await out.get()
                 if message is _DONE:
                     break
+                if message is _ANSWERED:
+                    if answered is not None:
+                        answered()
+                    continue
                 yield message
             if failure:
                 raise failure[0]

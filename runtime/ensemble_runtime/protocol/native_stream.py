@@ -154,7 +154,7 @@ async def answer_stream(stream: StreamCall, inbound: Inbound[pb.ModelInferReques
     """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
     status."""
     try:
-        async for message in StreamSession(dataplane, limit).run(inbound):
+        async for message in StreamSession(dataplane, limit, stream.answered).run(inbound):
             if not await outlet.send(message.SerializeToString()):
                 break  # the client went away
     except RpcAbort as abort:

@@ -1,8 +1,10 @@
 //! The requests a connection is answering, for a connection that gives way to another (crate::fair_share): it
-//! goes once they are answered, not in the middle of one (crate::http_conn for HTTP, crate::placed for gRPC).
+//! goes once they are answered, not in the middle of one (crate::http_conn for HTTP, crate::placed for gRPC). A
+//! gRPC stream's requests count one by one ([`StreamRequests`]): from when the core reads each until Python says
+//! its last response was handed to the stream.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -15,6 +17,7 @@ struct State {
     answering: AtomicUsize,
     leaving: AtomicBool,
     idle: Notify,
+    left: Notify,
 }
 
 /// The requests of one connection being answered (from the handler's start to its response's head).
@@ -37,6 +40,18 @@ impl Busy {
     /// The connection gave way: it takes no new request (gRPC answers one UNAVAILABLE).
     pub fn leave(&self) {
         self.0.leaving.store(true, Ordering::Release);
+        self.0.left.notify_waiters();
+    }
+
+    /// Once the connection was told to give way.
+    pub async fn left(&self) {
+        loop {
+            let notified = self.0.left.notified();
+            if self.leaving() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     pub fn leaving(&self) -> bool {
@@ -61,11 +76,162 @@ impl Busy {
     }
 }
 
+/// The requests of one gRPC stream being answered, each counted in its connection's [`Busy`].
+#[derive(Clone)]
+pub struct StreamRequests(Arc<StreamState>);
+
+struct StreamState {
+    busy: Busy,
+    answering: Mutex<Vec<Answering>>,
+    settled: Notify,
+    /// The stream itself gave way (to a stream from another address, crate::budget).
+    leaving: AtomicBool,
+    left: Notify,
+}
+
+impl StreamRequests {
+    pub fn new(busy: Busy) -> Self {
+        Self(Arc::new(StreamState {
+            busy,
+            answering: Mutex::new(Vec::new()),
+            settled: Notify::new(),
+            leaving: AtomicBool::new(false),
+            left: Notify::new(),
+        }))
+    }
+
+    /// The core read one more request of the stream.
+    pub fn taken(&self) {
+        let entered = self.0.busy.enter();
+        self.answering().push(entered);
+    }
+
+    /// One of the stream's requests is answered (its last response handed to the stream).
+    pub fn answered(&self) {
+        let mut answering = self.answering();
+        answering.pop();
+        if answering.is_empty() {
+            self.0.settled.notify_waiters();
+        }
+    }
+
+    /// The stream has ended: none of its requests holds the connection any longer.
+    pub fn clear(&self) {
+        let taken = std::mem::take(&mut *self.answering());
+        drop(taken);
+        self.0.settled.notify_waiters();
+    }
+
+    /// The stream gave way itself: it takes no new request.
+    pub fn leave(&self) {
+        self.0.leaving.store(true, Ordering::Release);
+        self.0.left.notify_waiters();
+    }
+
+    /// Once the stream or its connection gave way.
+    pub async fn left(&self) {
+        let own = async {
+            loop {
+                let notified = self.0.left.notified();
+                if self.0.leaving.load(Ordering::Acquire) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::select! {
+            () = own => {}
+            () = self.0.busy.left() => {}
+        }
+    }
+
+    /// Once the stream or its connection gave way and none of the stream's requests is being answered: the stream
+    /// ends then.
+    pub async fn gave_way(&self) {
+        self.left().await;
+        loop {
+            let notified = self.0.settled.notified();
+            if self.answering().is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn answering(&self) -> std::sync::MutexGuard<'_, Vec<Answering>> {
+        self.0.answering.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Drop for Answering {
     fn drop(&mut self) {
         let state = &(self.0).0;
         if state.answering.fetch_sub(1, Ordering::AcqRel) == 1 {
             state.idle.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    fn ready<F: Future>(future: &mut std::pin::Pin<Box<F>>) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        matches!(future.as_mut().poll(&mut cx), Poll::Ready(_))
+    }
+
+    #[test]
+    fn a_stream_gives_way_once_left_and_its_requests_answered() {
+        let busy = Busy::default();
+        let requests = StreamRequests::new(busy.clone());
+        requests.taken();
+        requests.taken();
+        assert!(busy.any());
+        let mut gave_way = Box::pin(requests.gave_way());
+        requests.answered();
+        assert!(!ready(&mut gave_way)); // not told to give way yet
+        busy.leave();
+        assert!(!ready(&mut gave_way)); // one request still being answered
+        requests.answered();
+        assert!(ready(&mut gave_way));
+        assert!(!busy.any());
+        requests.answered(); // one too many changes nothing
+        assert!(!busy.any());
+    }
+
+    #[test]
+    fn a_stream_without_requests_gives_way_at_once_and_an_ended_one_frees_its_connection() {
+        let busy = Busy::default();
+        let quiet = StreamRequests::new(busy.clone());
+        let ended = StreamRequests::new(busy.clone());
+        ended.taken();
+        let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
+        assert!(!ready(&mut quiet_gone) && !ready(&mut left));
+        busy.leave();
+        assert!(ready(&mut quiet_gone) && ready(&mut left));
+        assert!(busy.any());
+        ended.clear();
+        assert!(!busy.any());
+        assert!(ready(&mut Box::pin(ended.gave_way())));
+    }
+
+    #[test]
+    fn a_stream_that_gives_way_itself_answers_what_it_read_and_holds_its_connection_meanwhile() {
+        let busy = Busy::default();
+        let (leaving, staying) = (
+            StreamRequests::new(busy.clone()),
+            StreamRequests::new(busy.clone()),
+        );
+        leaving.taken();
+        let (mut left, mut gave_way) = (Box::pin(leaving.left()), Box::pin(leaving.gave_way()));
+        let mut other_left = Box::pin(staying.left());
+        leaving.leave();
+        assert!(ready(&mut left) && !ready(&mut gave_way));
+        assert!(!ready(&mut other_left) && !busy.leaving()); // the others and the connection stay
+        leaving.answered();
+        assert!(ready(&mut gave_way));
     }
 }

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tonic::{Code, Status};
 
+use crate::busy::StreamRequests;
 use crate::stream::{Frame, Offer, Outbound, StreamLink};
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
@@ -16,6 +17,7 @@ pub struct StreamCall {
     method: String,
     outbound: Mutex<Option<Outbound>>,
     want: std::sync::Arc<tokio::sync::Semaphore>,
+    requests: Option<StreamRequests>,
 }
 
 impl StreamCall {
@@ -25,11 +27,15 @@ impl StreamCall {
             method: link.path,
             outbound: Mutex::new(Some(link.outbound)),
             want: link.want,
+            requests: link.requests,
         }
     }
 
     fn end(&self, last: Option<Status>) {
         self.want.close(); // read no further
+        if let Some(requests) = self.requests.as_ref() {
+            requests.clear();
+        }
         let outbound = self
             .outbound
             .lock()
@@ -45,6 +51,9 @@ impl Drop for StreamCall {
     /// A stream Python let go of without ending it ends with OK; the core reads no more of it.
     fn drop(&mut self) {
         self.want.close();
+        if let Some(requests) = self.requests.as_ref() {
+            requests.clear();
+        }
     }
 }
 
@@ -79,6 +88,14 @@ impl StreamCall {
             None => Offer::Closed,
         };
         offer as u8
+    }
+
+    /// One request the stream read is answered: its last response was sent (or it has none). A connection that
+    /// gave way ends the stream, and then closes, once the requests it read are answered.
+    fn answered(&self) {
+        if let Some(requests) = self.requests.as_ref() {
+            requests.answered();
+        }
     }
 
     /// Ends the stream with OK.

@@ -137,6 +137,11 @@ impl Core {
             .extensions()
             .get::<PlacedInfo<TcpConnectInfo>>()
             .cloned();
+        // answered before its connection closes, when the connection gives way (crate::placed)
+        let busy = placed.as_ref().map(|placed| placed.busy.clone());
+        if busy.as_ref().is_some_and(Busy::leaving) {
+            return Status::unavailable(GAVE_WAY).into_http();
+        }
         // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
         // unary call until its message has arrived (or it is told to give way to a newer one).
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
@@ -152,14 +157,10 @@ impl Core {
                 core: self,
                 path,
                 open: Some(open),
+                busy,
             };
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
-            // answered before its connection closes, when the connection gives way (crate::placed)
-            let busy = placed.as_ref().map(|placed| placed.busy.clone());
-            if busy.as_ref().is_some_and(Busy::leaving) {
-                return Status::unavailable(GAVE_WAY).into_http();
-            }
             let _answering = busy.as_ref().map(Busy::enter);
             let (waiting, give_way) = self.budget.incomplete_call();
             let unary = Unary {

@@ -6,6 +6,11 @@
 //! Responses go out through a bounded channel ([`WINDOW`] messages) that HTTP/2 flow control drains: when the
 //! client stops reading, `Outbound::offer` answers [`Offer::Full`] and Python waits for a writable notice
 //! (sent once the channel drains a message), so a producer waits instead of queueing without bound.
+//!
+//! When its connection gives way (crate::placed), a stream reads no further request and ends UNAVAILABLE once the
+//! ones it read are answered (`StreamCall.answered`, crate::busy::StreamRequests); a health `Watch`, at once. So
+//! does one told to give way to a stream from another address (crate::budget), ending RESOURCE_EXHAUSTED; its place
+//! goes to the newcomer at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,8 +26,11 @@ use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::OpenStream;
+use crate::busy::{Busy, StreamRequests};
 use crate::fair_share::Heard;
-use crate::service::{as_grpcio_answers, Core, Work};
+use crate::service::{as_grpcio_answers, Core, Work, GAVE_WAY, MODEL_STREAM_INFER};
+
+type Ending = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// How many response messages of one stream wait in the core for HTTP/2 to take them.
 pub const WINDOW: usize = 16;
@@ -75,6 +83,8 @@ pub struct StreamLink {
     pub path: String,
     pub outbound: Outbound,
     pub want: Arc<Semaphore>,
+    /// Its requests being answered, when it is a ModelStreamInfer on a placed connection.
+    pub requests: Option<StreamRequests>,
 }
 
 /// One frame read from a stream: a request message, the end of the requests (`Ok(None)`), or a failure.
@@ -97,6 +107,8 @@ pub struct StreamHandler {
     pub path: String,
     /// The stream's place in the budget across connections, held by its responses (crate::budget).
     pub open: Option<OpenStream>,
+    /// What its connection is answering (crate::placed), when it is placed.
+    pub busy: Option<Busy>,
 }
 
 /// The responses going out; dropping it (the stream is over, or the client went away) tells the reader task.
@@ -109,6 +121,12 @@ pub struct Responses {
     _gone: oneshot::Sender<()>,
     /// Noted as each message goes out; told to give way, the stream ends with its status.
     open: Option<OpenStream>,
+    /// Ready when it or its connection gave way and nothing it read is being answered: it ends then.
+    ending: Option<Ending>,
+    /// Its requests being answered (a ModelStreamInfer on a placed connection).
+    requests: Option<StreamRequests>,
+    /// Told to give way to a stream from another address: the status it ends with once `ending` is ready.
+    gave_way: Option<Status>,
 }
 
 impl Stream for Responses {
@@ -118,9 +136,15 @@ impl Stream for Responses {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Some(status) = self.open.as_mut().and_then(|open| open.poll_given_way(cx)) {
             self.open = None;
-            self.end = None;
-            self.messages.close();
-            return Poll::Ready(Some(Err(status)));
+            // a ModelStreamInfer reads no further request and ends once the ones it read are answered
+            if let Some(requests) = self.requests.as_ref() {
+                requests.leave();
+                self.gave_way = Some(status);
+            } else {
+                self.end = None;
+                self.messages.close();
+                return Poll::Ready(Some(Err(status)));
+            }
         }
         match self.messages.poll_recv(cx) {
             Poll::Ready(Some(message)) => {
@@ -132,7 +156,23 @@ impl Stream for Responses {
                 }
                 return Poll::Ready(Some(Ok(message)));
             }
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                if !self
+                    .ending
+                    .as_mut()
+                    .is_some_and(|e| e.as_mut().poll(cx).is_ready())
+                {
+                    return Poll::Pending;
+                }
+                self.ending = None;
+                self.end = None;
+                self.messages.close();
+                let status = self
+                    .gave_way
+                    .take()
+                    .unwrap_or_else(|| Status::unavailable(GAVE_WAY));
+                return Poll::Ready(Some(Err(status)));
+            }
             Poll::Ready(None) => {}
         }
         let Some(end) = self.end.as_mut() else {
@@ -156,6 +196,7 @@ impl StreamingService<Bytes> for StreamHandler {
         let core = self.core.clone();
         let path = std::mem::take(&mut self.path);
         let open = self.open.take();
+        let busy = self.busy.take();
         Box::pin(async move {
             let id = core.stream_ids.next();
             let (sender, messages) = mpsc::channel(WINDOW);
@@ -168,11 +209,27 @@ impl StreamingService<Bytes> for StreamHandler {
             };
             let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
+            let requests = busy
+                .clone()
+                .filter(|_| path == MODEL_STREAM_INFER)
+                .map(StreamRequests::new);
+            let ending = match (&requests, &busy) {
+                (Some(requests), _) => {
+                    let requests = requests.clone();
+                    Some(Box::pin(async move { requests.gave_way().await }) as Ending)
+                }
+                (None, Some(busy)) => {
+                    let busy = busy.clone();
+                    Some(Box::pin(async move { busy.left().await }) as Ending)
+                }
+                (None, None) => None,
+            };
             let link = StreamLink {
                 id,
                 path,
                 outbound,
                 want: want.clone(),
+                requests: requests.clone(),
             };
             core.queue.push(Work::StreamOpen(link));
             let hearing = open.as_ref().map(OpenStream::hearing);
@@ -182,7 +239,11 @@ impl StreamingService<Bytes> for StreamHandler {
                 request.into_inner(),
                 want,
                 gone,
-                hearing,
+                Reading {
+                    hearing,
+                    busy,
+                    requests: requests.clone(),
+                },
             ));
             Ok(Response::new(Responses {
                 id,
@@ -192,40 +253,68 @@ impl StreamingService<Bytes> for StreamHandler {
                 blocked,
                 _gone: gone_tx,
                 open,
+                ending,
+                requests,
+                gave_way: None,
             }))
         })
     }
 }
 
-/// Reads a frame per permit until the requests end (noting each with `hearing`); says when the client is gone;
-/// stops when `want` closes.
+/// What a stream's reader notes: each request read (`hearing`, `requests`), and when its connection gives way.
+struct Reading {
+    hearing: Option<Heard>,
+    busy: Option<Busy>,
+    requests: Option<StreamRequests>,
+}
+
+/// Reads a frame per permit until the requests end, or until the connection gives way (it takes no new
+/// request then); says when the client is gone; stops when `want` closes.
 async fn read_frames(
     core: Arc<Core>,
     id: u64,
     mut inbound: Streaming<Bytes>,
     want: Arc<Semaphore>,
     mut gone: oneshot::Receiver<()>,
-    hearing: Option<Heard>,
+    noting: Reading,
 ) {
-    let mut reading = true;
+    let (mut reading, mut wanted) = (true, false);
     loop {
         tokio::select! {
+            biased;
             _ = &mut gone => {
                 let frame = Err(Status::cancelled("the client went away"));
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
                 break;
             }
-            permit = want.acquire(), if reading => {
+            _ = left(&noting), if reading => reading = false,
+            permit = want.acquire(), if reading && !wanted => {
                 let Ok(permit) = permit else { break };
                 permit.forget();
-                let frame = inbound.message().await.map_err(|status| as_grpcio_answers(&status).unwrap_or(status));
+                wanted = true;
+            }
+            frame = inbound.message(), if reading && wanted => {
+                wanted = false;
+                let frame = frame.map_err(|status| as_grpcio_answers(&status).unwrap_or(status));
                 reading = matches!(frame, Ok(Some(_)));
-                if let Some(hearing) = hearing.as_ref() {
+                if let Some(hearing) = noting.hearing.as_ref() {
                     hearing.now();
+                }
+                if let (true, Some(requests)) = (reading, noting.requests.as_ref()) {
+                    requests.taken();
                 }
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
             }
         }
+    }
+}
+
+/// Once the stream (a ModelStreamInfer) or its connection gave way (never, for one that is not placed).
+async fn left(noting: &Reading) {
+    match (&noting.requests, &noting.busy) {
+        (Some(requests), _) => requests.left().await,
+        (None, Some(busy)) => busy.left().await,
+        (None, None) => std::future::pending().await,
     }
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,7 @@ from tests.support.grpc_port import (
 )
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.sockets import LOADED, is_open, wait_closed
+from tests.support.sockets import LOADED, is_open, wait_closed, wait_port_settled
 
 SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
 MAX_CONNECTIONS = 48
@@ -137,13 +138,16 @@ def test_a_port_one_address_fills_makes_room_for_another(budgeted: RuntimeProces
 
 
 HELD_CONNECTIONS = 4
+HELD_STREAMS = 2
 
 
 @pytest.fixture(scope="module")
 def held_limited(repository: Path, held_repository: Path, held_dir: Path) -> Iterator[RuntimeProcess]:
-    """The native front end with a few connection places, serving `py_held` (an execution the test releases)."""
+    """The native front end with a few connection and stream places, serving `py_held` (an execution the test
+    releases)."""
     with RuntimeProcess([repository, held_repository], ["--grpc-frontend=native", "--strict-readiness=false",
-                                                        f"--grpc-max-connections={HELD_CONNECTIONS}"],
+                                                        f"--grpc-max-connections={HELD_CONNECTIONS}",
+                                                        f"--grpc-max-open-streams={HELD_STREAMS}"],
                         env={"HELD_MODEL_DIR": str(held_dir)}) as proc:
         proc.wait_ready()
         proc.wait_model_ready("py_held")
@@ -155,24 +159,17 @@ def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: 
     """The connection waiting longest on the server has read nothing for longest: the quietest. Told to give way
     while a call on it is being answered, it answers that call first (a new call on it meanwhile is UNAVAILABLE,
     saying why), then closes; before, it was closed at once and the call lost."""
-    live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
-    infer = pb.ModelInferRequest(model_name="py_held", raw_input_contents=[np.float32(7).tobytes()], inputs=[
-        pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1])])
+    _fresh(held_limited, held_dir)
     deadline = time.monotonic() + LOADED
     with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.1") as waiting:
         call = waiting.open_call(MODEL_INFER)
-        waiting.start(call, [raw_grpc.frame(infer.SerializeToString())])
-        while not (held_dir / "started").exists():
-            assert time.monotonic() < deadline, "py_held never started"
-            time.sleep(0.01)
-        others = [_place(held_limited, deadline) for _ in range(HELD_CONNECTIONS - 1)]
+        waiting.start(call, [_held_request()])
+        _wait_started(held_dir, deadline)
+        others = _quieter_places(held_limited, deadline)
         try:
-            time.sleep(0.05)
-            for sock in others:  # quieter than the waiting connection: it is the quietest by a margin
-                _ping(sock)
             with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
-                assert second.call(SERVER_LIVE, live).status == 0  # served: a place was given up for it
-                refused = waiting.call(SERVER_LIVE, live)
+                assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
+                refused = waiting.call(SERVER_LIVE, [_live()])
                 assert refused.status == grpc.StatusCode.UNAVAILABLE.value[0], refused
                 assert "gave way" in refused.message
                 (held_dir / "release").write_text("")
@@ -181,10 +178,127 @@ def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: 
                 assert pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents == [np.float32(7).tobytes()]
                 wait_closed(waiting.sock, LOADED)  # once its answer had the flush grace (5 s) to leave
                 assert all(is_open(sock) for sock in others)
-                assert second.call(SERVER_LIVE, live).status == 0
+                assert second.call(SERVER_LIVE, [_live()]).status == 0
         finally:
             for sock in others:
                 sock.close()
+
+
+def test_a_connection_answering_a_stream_gives_way_after_its_answers(held_limited: RuntimeProcess,
+                                                                     held_dir: Path) -> None:
+    """Told to give way while a request a ModelStreamInfer read is being answered, the connection reads no further
+    request of the stream, sends that request's answer, then ends the stream UNAVAILABLE saying why, then closes; a
+    stream on it with nothing in flight ends so at once. Before, the connection was closed at once and the answer
+    lost."""
+    _fresh(held_limited, held_dir)
+    deadline = time.monotonic() + LOADED
+    with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.1") as waiting:
+        stream = waiting.open_call(MODEL_STREAM_INFER)
+        waiting.more(stream, [_held_request("first")])
+        quiet = waiting.open_call(MODEL_STREAM_INFER)
+        assert "grpc-status" not in waiting.opened(stream) and "grpc-status" not in waiting.opened(quiet)
+        _wait_started(held_dir, deadline)
+        others = _quieter_places(held_limited, deadline)
+        try:
+            with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
+                assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
+                ended = waiting.ended(1, LOADED)
+                assert list(ended) == [quiet], ended
+                assert ended[quiet].status == grpc.StatusCode.UNAVAILABLE.value[0], ended
+                assert "gave way" in ended[quiet].message
+                waiting.more(stream, [_held_request("late")])  # not read: the connection takes no new request
+                (held_dir / "release").write_text("")
+                answer = waiting.answer(stream)
+                assert answer.status == grpc.StatusCode.UNAVAILABLE.value[0], answer
+                assert "gave way" in answer.message
+                responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
+                assert [r.infer_response.id for r in responses] == ["first"], responses
+                assert not responses[0].error_message
+                assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
+                wait_closed(waiting.sock, LOADED)  # once its answers had the flush grace (5 s) to leave
+                assert all(is_open(sock) for sock in others)
+                assert second.call(SERVER_LIVE, [_live()]).status == 0
+        finally:
+            for sock in others:
+                sock.close()
+
+
+def test_a_stream_answering_a_request_gives_way_after_its_answer(held_limited: RuntimeProcess,
+                                                                  held_dir: Path) -> None:
+    """At the open-streams limit the quietest stream of the address holding more gives way to one from another
+    address. One with a request being answered reads no further request, sends that request's answer, then ends
+    RESOURCE_EXHAUSTED saying why; the address's other stream stays open. Before, it ended at once and the answer
+    was lost."""
+    _fresh(held_limited, held_dir)
+    deadline = time.monotonic() + LOADED
+    with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.1") as first:
+        waiting = first.open_call(MODEL_STREAM_INFER)
+        first.more(waiting, [_held_request("first")])
+        _wait_started(held_dir, deadline)
+        time.sleep(0.05)  # the other stream is heard from later by a margin: the waiting one is the quietest
+        other = first.open_call(MODEL_STREAM_INFER)
+        assert "grpc-status" not in first.opened(waiting) and "grpc-status" not in first.opened(other)
+        with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
+            newcomer = second.open_call(MODEL_STREAM_INFER)
+            served = second.send(newcomer, [_add_sub_request()])  # admitted: the waiting stream gave way
+            assert served.status == 0 and len(_messages(served.data)) == 1, served
+            first.more(waiting, [_held_request("late")])  # not read: the stream takes no new request
+            (held_dir / "release").write_text("")
+            answer = first.answer(waiting)
+            assert answer.status == RESOURCE_EXHAUSTED, answer
+            assert "gave way to a stream from another address" in answer.message
+            responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
+            assert [r.infer_response.id for r in responses] == ["first"], responses
+            assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
+            kept = first.send(other, [_held_request("other")])
+            assert kept.status == 0, kept
+            assert [pb.ModelStreamInferResponse.FromString(m).infer_response.id
+                    for m in _messages(kept.data)] == ["other"]
+
+
+def _live() -> bytes:
+    return raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())
+
+
+def _held_request(request_id: str = "") -> bytes:
+    """A framed `py_held` request (X = 7)."""
+    infer = pb.ModelInferRequest(model_name="py_held", id=request_id, raw_input_contents=[np.float32(7).tobytes()],
+                                 inputs=[pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1])])
+    return raw_grpc.frame(infer.SerializeToString())
+
+
+def _fresh(proc: RuntimeProcess, held_dir: Path) -> None:
+    """`py_held` waits again (an earlier test released it), and the connections earlier tests closed hold no place
+    (the server has closed its ends)."""
+    for name in ("started", "release"):
+        (held_dir / name).unlink(missing_ok=True)
+    wait_port_settled(int(proc.grpc_url.rsplit(":", 1)[1]), LOADED)
+
+
+def _wait_started(held_dir: Path, deadline: float) -> None:
+    while not (held_dir / "started").exists():
+        assert time.monotonic() < deadline, "py_held never started"
+        time.sleep(0.01)
+
+
+def _quieter_places(proc: RuntimeProcess, deadline: float) -> list[socket.socket]:
+    """The port's other places, taken and then heard from: each quieter than the connection already waiting, so
+    that one is the quietest by a margin."""
+    others = [_place(proc, deadline) for _ in range(HELD_CONNECTIONS - 1)]
+    time.sleep(0.05)
+    for sock in others:
+        _ping(sock)
+    return others
+
+
+def _messages(data: bytes) -> list[bytes]:
+    """The messages of a call's DATA (each length-prefixed)."""
+    messages = []
+    while data:
+        _, length = struct.unpack(">BI", data[:5])
+        messages.append(data[5:5 + length])
+        data = data[5 + length:]
+    return messages
 
 
 def _ping(sock: socket.socket) -> None:
