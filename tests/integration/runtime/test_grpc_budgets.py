@@ -10,6 +10,7 @@ The server goes on serving meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import struct
@@ -165,23 +166,17 @@ def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: 
         call = waiting.open_call(MODEL_INFER)
         waiting.start(call, [_held_request()])
         _wait_started(held_dir, deadline)
-        others = _quieter_places(held_limited, deadline)
-        try:
-            with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
-                assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
-                refused = waiting.call(SERVER_LIVE, [_live()])
-                assert refused.status == grpc.StatusCode.UNAVAILABLE.value[0], refused
-                assert "gave way" in refused.message
-                (held_dir / "release").write_text("")
-                answer = waiting.answer(call)
-                assert answer.status == 0, answer
-                assert pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents == [np.float32(7).tobytes()]
-                wait_closed(waiting.sock, LOADED)  # once its answer had the flush grace (5 s) to leave
-                assert all(is_open(sock) for sock in others)
-                assert second.call(SERVER_LIVE, [_live()]).status == 0
-        finally:
-            for sock in others:
-                sock.close()
+        with (_quieter_places(held_limited, deadline) as others,
+              raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second):
+            assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
+            refused = waiting.call(SERVER_LIVE, [_live()])
+            assert refused.status == grpc.StatusCode.UNAVAILABLE.value[0], refused
+            assert "gave way" in refused.message
+            (held_dir / "release").write_text("")
+            answer = waiting.answer(call)
+            assert answer.status == 0, answer
+            assert pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents == [np.float32(7).tobytes()]
+            _closed_alone(waiting, others, second)
 
 
 def test_a_connection_answering_a_stream_gives_way_after_its_answers(held_limited: RuntimeProcess,
@@ -198,29 +193,23 @@ def test_a_connection_answering_a_stream_gives_way_after_its_answers(held_limite
         quiet = waiting.open_call(MODEL_STREAM_INFER)
         assert "grpc-status" not in waiting.opened(stream) and "grpc-status" not in waiting.opened(quiet)
         _wait_started(held_dir, deadline)
-        others = _quieter_places(held_limited, deadline)
-        try:
-            with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
-                assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
-                ended = waiting.ended(1, LOADED)
-                assert list(ended) == [quiet], ended
-                assert ended[quiet].status == grpc.StatusCode.UNAVAILABLE.value[0], ended
-                assert "gave way" in ended[quiet].message
-                waiting.more(stream, [_held_request("late")])  # not read: the connection takes no new request
-                (held_dir / "release").write_text("")
-                answer = waiting.answer(stream)
-                assert answer.status == grpc.StatusCode.UNAVAILABLE.value[0], answer
-                assert "gave way" in answer.message
-                responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
-                assert [r.infer_response.id for r in responses] == ["first"], responses
-                assert not responses[0].error_message
-                assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
-                wait_closed(waiting.sock, LOADED)  # once its answers had the flush grace (5 s) to leave
-                assert all(is_open(sock) for sock in others)
-                assert second.call(SERVER_LIVE, [_live()]).status == 0
-        finally:
-            for sock in others:
-                sock.close()
+        with (_quieter_places(held_limited, deadline) as others,
+              raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second):
+            assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
+            ended = waiting.ended(1, LOADED)
+            assert list(ended) == [quiet], ended
+            assert ended[quiet].status == grpc.StatusCode.UNAVAILABLE.value[0], ended
+            assert "gave way" in ended[quiet].message
+            waiting.more(stream, [_held_request("late")])  # not read: the connection takes no new request
+            (held_dir / "release").write_text("")
+            answer = waiting.answer(stream)
+            assert answer.status == grpc.StatusCode.UNAVAILABLE.value[0], answer
+            assert "gave way" in answer.message
+            responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
+            assert [r.infer_response.id for r in responses] == ["first"], responses
+            assert not responses[0].error_message
+            assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
+            _closed_alone(waiting, others, second)
 
 
 def test_a_stream_answering_a_request_gives_way_after_its_answer(held_limited: RuntimeProcess,
@@ -281,14 +270,28 @@ def _wait_started(held_dir: Path, deadline: float) -> None:
         time.sleep(0.01)
 
 
-def _quieter_places(proc: RuntimeProcess, deadline: float) -> list[socket.socket]:
-    """The port's other places, taken and then heard from: each quieter than the connection already waiting, so
-    that one is the quietest by a margin."""
+@contextlib.contextmanager
+def _quieter_places(proc: RuntimeProcess, deadline: float) -> Iterator[list[socket.socket]]:
+    """The port's other places, taken and then heard from (so the connection already waiting is the quietest by a
+    margin); closed on leaving."""
     others = [_place(proc, deadline) for _ in range(HELD_CONNECTIONS - 1)]
-    time.sleep(0.05)
-    for sock in others:
-        _ping(sock)
-    return others
+    try:
+        time.sleep(0.05)
+        for sock in others:
+            _ping(sock)
+        yield others
+    finally:
+        for sock in others:
+            sock.close()
+
+
+def _closed_alone(waiting: raw_grpc.RawConnection, others: list[socket.socket],
+                  second: raw_grpc.RawConnection) -> None:
+    """`waiting` is closed (once its answers had the flush grace, 5 s, to leave); the others stay, `second` is
+    served."""
+    wait_closed(waiting.sock, LOADED)
+    assert all(is_open(sock) for sock in others)
+    assert second.call(SERVER_LIVE, [_live()]).status == 0
 
 
 def _messages(data: bytes) -> list[bytes]:
