@@ -38,6 +38,16 @@ def call(address: str, method: str, frames: Sequence[bytes], headers: Sequence[t
         return connection.call(method, frames, headers)
 
 
+def messages(data: bytes) -> list[bytes]:
+    """The messages of a call's DATA (each length-prefixed, as `frame` writes them)."""
+    found = []
+    while data:
+        _, length = struct.unpack(">BI", data[:5])
+        found.append(data[5:5 + length])
+        data = data[5 + length:]
+    return found
+
+
 class RawConnection:
     """One HTTP/2 connection to `address`, opened (preface and SETTINGS sent) on entering; calls one at a time."""
 

@@ -41,6 +41,13 @@ def is_open(sock: socket.socket) -> bool:
         sock.settimeout(LOADED)
 
 
+def _tcp_table() -> list[list[str]]:
+    """The rows of /proc/net/tcp, split: [1] the local address, [2] the remote one (each `ADDR:PORT`, the address
+    little-endian, in hex), [3] the state."""
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        return [line.split() for line in table.readlines()[1:]]
+
+
 def server_keeps(sock: socket.socket) -> bool:
     """Whether the server's end of `sock` (a loopback IPv4 connection) is still an open connection: its socket in
     /proc/net/tcp, ESTABLISHED. A server that closes it while answers wait in its send buffer leaves it in
@@ -48,15 +55,13 @@ def server_keeps(sock: socket.socket) -> bool:
     server_host, server_port = sock.getpeername()[:2]
     client_host, client_port = sock.getsockname()[:2]
 
-    def address(host: str, port: int) -> str:  # as /proc/net/tcp writes it: the address little-endian, in hex
+    def address(host: str, port: int) -> str:  # as /proc/net/tcp writes it
         return f"{int.from_bytes(socket.inet_aton(host), 'little'):08X}:{port:04X}"
 
     local, remote = address(server_host, server_port), address(client_host, client_port)
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        for line in table.readlines()[1:]:
-            fields = line.split()
-            if fields[1] == local and fields[2] == remote:
-                return fields[3] == "01"  # ESTABLISHED
+    for fields in _tcp_table():
+        if fields[1] == local and fields[2] == remote:
+            return fields[3] == "01"  # ESTABLISHED
     return False
 
 
@@ -73,11 +78,6 @@ def wait_port_settled(port: int, timeout: float) -> None:
     the server's ends in CLOSE_WAIT in /proc/net/tcp): whatever those connections held on the server is free."""
     suffix = f":{port:04X}"
     deadline = time.monotonic() + timeout
-    while True:
-        with open("/proc/net/tcp", encoding="ascii") as table:
-            waiting = [line for line in table.readlines()[1:]
-                       if line.split()[1].endswith(suffix) and line.split()[3] == "08"]  # CLOSE_WAIT
-        if not waiting:
-            return
+    while waiting := [fields for fields in _tcp_table() if fields[1].endswith(suffix) and fields[3] == "08"]:
         assert time.monotonic() < deadline, f"the server has not closed {len(waiting)} closed connections"
-        time.sleep(0.05)
+        time.sleep(0.05)  # CLOSE_WAIT: the server has not closed its end yet

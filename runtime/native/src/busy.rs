@@ -15,9 +15,41 @@ pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct State {
     answering: AtomicUsize,
-    leaving: AtomicBool,
     idle: Notify,
-    left: Notify,
+    leaving: Flag,
+}
+
+/// Something that happens once (a connection or a stream told to give way), and can be waited for.
+#[derive(Default)]
+struct Flag {
+    set: AtomicBool,
+    raised: Notify,
+}
+
+impl Flag {
+    fn raise(&self) {
+        self.set.store(true, Ordering::Release);
+        self.raised.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    async fn wait(&self) {
+        until(&self.raised, || self.is_set()).await;
+    }
+}
+
+/// Once `ready()` holds, checked afresh each time `notify` wakes its waiters.
+async fn until(notify: &Notify, ready: impl Fn() -> bool) {
+    loop {
+        let notified = notify.notified(); // before the check: a wake-up between the two is not missed
+        if ready() {
+            return;
+        }
+        notified.await;
+    }
 }
 
 /// The requests of one connection being answered (from the handler's start to its response's head).
@@ -39,23 +71,16 @@ impl Busy {
 
     /// The connection gave way: it takes no new request (gRPC answers one UNAVAILABLE).
     pub fn leave(&self) {
-        self.0.leaving.store(true, Ordering::Release);
-        self.0.left.notify_waiters();
+        self.0.leaving.raise();
     }
 
     /// Once the connection was told to give way.
     pub async fn left(&self) {
-        loop {
-            let notified = self.0.left.notified();
-            if self.leaving() {
-                return;
-            }
-            notified.await;
-        }
+        self.0.leaving.wait().await;
     }
 
     pub fn leaving(&self) -> bool {
-        self.0.leaving.load(Ordering::Acquire)
+        self.0.leaving.is_set()
     }
 
     /// Once no request is being answered and the last answer had FLUSH_GRACE to leave.
@@ -66,13 +91,7 @@ impl Busy {
 
     /// Once no request is being answered.
     async fn idle(&self) {
-        loop {
-            let notified = self.0.idle.notified();
-            if !self.any() {
-                return;
-            }
-            notified.await;
-        }
+        until(&self.0.idle, || !self.any()).await;
     }
 }
 
@@ -82,26 +101,31 @@ pub struct StreamRequests(Arc<StreamState>);
 
 struct StreamState {
     busy: Busy,
+    /// Whether its requests count (a ModelStreamInfer's; a health Watch's do not: it answers none of them).
+    counted: bool,
     answering: Mutex<Vec<Answering>>,
     settled: Notify,
     /// The stream itself gave way (to a stream from another address, crate::budget).
-    leaving: AtomicBool,
-    left: Notify,
+    leaving: Flag,
 }
 
 impl StreamRequests {
-    pub fn new(busy: Busy) -> Self {
+    /// `counted`: whether its requests hold the connection until they are answered.
+    pub fn new(busy: Busy, counted: bool) -> Self {
         Self(Arc::new(StreamState {
             busy,
+            counted,
             answering: Mutex::new(Vec::new()),
             settled: Notify::new(),
-            leaving: AtomicBool::new(false),
-            left: Notify::new(),
+            leaving: Flag::default(),
         }))
     }
 
     /// The core read one more request of the stream.
     pub fn taken(&self) {
+        if !self.0.counted {
+            return;
+        }
         let entered = self.0.busy.enter();
         self.answering().push(entered);
     }
@@ -124,23 +148,13 @@ impl StreamRequests {
 
     /// The stream gave way itself: it takes no new request.
     pub fn leave(&self) {
-        self.0.leaving.store(true, Ordering::Release);
-        self.0.left.notify_waiters();
+        self.0.leaving.raise();
     }
 
     /// Once the stream or its connection gave way.
     pub async fn left(&self) {
-        let own = async {
-            loop {
-                let notified = self.0.left.notified();
-                if self.0.leaving.load(Ordering::Acquire) {
-                    return;
-                }
-                notified.await;
-            }
-        };
         tokio::select! {
-            () = own => {}
+            () = self.0.leaving.wait() => {}
             () = self.0.busy.left() => {}
         }
     }
@@ -149,13 +163,7 @@ impl StreamRequests {
     /// ends then.
     pub async fn gave_way(&self) {
         self.left().await;
-        loop {
-            let notified = self.0.settled.notified();
-            if self.answering().is_empty() {
-                return;
-            }
-            notified.await;
-        }
+        until(&self.0.settled, || self.answering().is_empty()).await;
     }
 
     fn answering(&self) -> std::sync::MutexGuard<'_, Vec<Answering>> {
@@ -186,7 +194,7 @@ mod tests {
     #[test]
     fn a_stream_gives_way_once_left_and_its_requests_answered() {
         let busy = Busy::default();
-        let requests = StreamRequests::new(busy.clone());
+        let requests = StreamRequests::new(busy.clone(), true);
         requests.taken();
         requests.taken();
         assert!(busy.any());
@@ -205,8 +213,8 @@ mod tests {
     #[test]
     fn a_stream_without_requests_gives_way_at_once_and_an_ended_one_frees_its_connection() {
         let busy = Busy::default();
-        let quiet = StreamRequests::new(busy.clone());
-        let ended = StreamRequests::new(busy.clone());
+        let quiet = StreamRequests::new(busy.clone(), true);
+        let ended = StreamRequests::new(busy.clone(), true);
         ended.taken();
         let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
         assert!(!ready(&mut quiet_gone) && !ready(&mut left));
@@ -222,8 +230,8 @@ mod tests {
     fn a_stream_that_gives_way_itself_answers_what_it_read_and_holds_its_connection_meanwhile() {
         let busy = Busy::default();
         let (leaving, staying) = (
-            StreamRequests::new(busy.clone()),
-            StreamRequests::new(busy.clone()),
+            StreamRequests::new(busy.clone(), true),
+            StreamRequests::new(busy.clone(), true),
         );
         leaving.taken();
         let (mut left, mut gave_way) = (Box::pin(leaving.left()), Box::pin(leaving.gave_way()));

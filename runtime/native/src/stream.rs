@@ -83,7 +83,7 @@ pub struct StreamLink {
     pub path: String,
     pub outbound: Outbound,
     pub want: Arc<Semaphore>,
-    /// Its requests being answered, when it is a ModelStreamInfer on a placed connection.
+    /// Its requests being answered (counted for a ModelStreamInfer), when its connection is placed.
     pub requests: Option<StreamRequests>,
 }
 
@@ -123,7 +123,7 @@ pub struct Responses {
     open: Option<OpenStream>,
     /// Ready when it or its connection gave way and nothing it read is being answered: it ends then.
     ending: Option<Ending>,
-    /// Its requests being answered (a ModelStreamInfer on a placed connection).
+    /// Its requests being answered, when its connection is placed.
     requests: Option<StreamRequests>,
     /// Told to give way to a stream from another address: the status it ends with once `ending` is ready.
     gave_way: Option<Status>,
@@ -136,7 +136,7 @@ impl Stream for Responses {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Some(status) = self.open.as_mut().and_then(|open| open.poll_given_way(cx)) {
             self.open = None;
-            // a ModelStreamInfer reads no further request and ends once the ones it read are answered
+            // it reads no further request and ends once the ones it read are answered
             if let Some(requests) = self.requests.as_ref() {
                 requests.leave();
                 self.gave_way = Some(status);
@@ -209,21 +209,11 @@ impl StreamingService<Bytes> for StreamHandler {
             };
             let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
-            let requests = busy
+            let counted = path == MODEL_STREAM_INFER;
+            let requests = busy.map(|busy| StreamRequests::new(busy, counted));
+            let ending = requests
                 .clone()
-                .filter(|_| path == MODEL_STREAM_INFER)
-                .map(StreamRequests::new);
-            let ending = match (&requests, &busy) {
-                (Some(requests), _) => {
-                    let requests = requests.clone();
-                    Some(Box::pin(async move { requests.gave_way().await }) as Ending)
-                }
-                (None, Some(busy)) => {
-                    let busy = busy.clone();
-                    Some(Box::pin(async move { busy.left().await }) as Ending)
-                }
-                (None, None) => None,
-            };
+                .map(|requests| Box::pin(async move { requests.gave_way().await }) as Ending);
             let link = StreamLink {
                 id,
                 path,
@@ -239,11 +229,8 @@ impl StreamingService<Bytes> for StreamHandler {
                 request.into_inner(),
                 want,
                 gone,
-                Reading {
-                    hearing,
-                    busy,
-                    requests: requests.clone(),
-                },
+                hearing,
+                requests.clone(),
             ));
             Ok(Response::new(Responses {
                 id,
@@ -261,22 +248,17 @@ impl StreamingService<Bytes> for StreamHandler {
     }
 }
 
-/// What a stream's reader notes: each request read (`hearing`, `requests`), and when its connection gives way.
-struct Reading {
-    hearing: Option<Heard>,
-    busy: Option<Busy>,
-    requests: Option<StreamRequests>,
-}
-
-/// Reads a frame per permit until the requests end, or until the connection gives way (it takes no new
-/// request then); says when the client is gone; stops when `want` closes.
+/// Reads a frame per permit until the requests end, or until the stream or its connection gives way (it takes no
+/// new request then), noting each request read (`hearing`, `requests`); says when the client is gone; stops when
+/// `want` closes.
 async fn read_frames(
     core: Arc<Core>,
     id: u64,
     mut inbound: Streaming<Bytes>,
     want: Arc<Semaphore>,
     mut gone: oneshot::Receiver<()>,
-    noting: Reading,
+    hearing: Option<Heard>,
+    requests: Option<StreamRequests>,
 ) {
     let (mut reading, mut wanted) = (true, false);
     loop {
@@ -287,7 +269,7 @@ async fn read_frames(
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
                 break;
             }
-            _ = left(&noting), if reading => reading = false,
+            _ = left(requests.as_ref()), if reading => reading = false,
             permit = want.acquire(), if reading && !wanted => {
                 let Ok(permit) = permit else { break };
                 permit.forget();
@@ -297,10 +279,10 @@ async fn read_frames(
                 wanted = false;
                 let frame = frame.map_err(|status| as_grpcio_answers(&status).unwrap_or(status));
                 reading = matches!(frame, Ok(Some(_)));
-                if let Some(hearing) = noting.hearing.as_ref() {
+                if let Some(hearing) = hearing.as_ref() {
                     hearing.now();
                 }
-                if let (true, Some(requests)) = (reading, noting.requests.as_ref()) {
+                if let (true, Some(requests)) = (reading, requests.as_ref()) {
                     requests.taken();
                 }
                 core.queue.push(Work::StreamFrame(Frame { id, frame }));
@@ -309,12 +291,11 @@ async fn read_frames(
     }
 }
 
-/// Once the stream (a ModelStreamInfer) or its connection gave way (never, for one that is not placed).
-async fn left(noting: &Reading) {
-    match (&noting.requests, &noting.busy) {
-        (Some(requests), _) => requests.left().await,
-        (None, Some(busy)) => busy.left().await,
-        (None, None) => std::future::pending().await,
+/// Once the stream or its connection gave way (never, for one whose connection is not placed).
+async fn left(requests: Option<&StreamRequests>) {
+    match requests {
+        Some(requests) => requests.left().await,
+        None => std::future::pending().await,
     }
 }
 

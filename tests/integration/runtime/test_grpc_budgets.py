@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import selectors
 import socket
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,7 +204,7 @@ def test_a_connection_answering_a_stream_gives_way_after_its_answers(held_limite
             answer = waiting.answer(stream)
             assert answer.status == grpc.StatusCode.UNAVAILABLE.value[0], answer
             assert "gave way" in answer.message
-            responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
+            responses = [pb.ModelStreamInferResponse.FromString(m) for m in raw_grpc.messages(answer.data)]
             assert [r.infer_response.id for r in responses] == ["first"], responses
             assert not responses[0].error_message
             assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
@@ -230,19 +229,19 @@ def test_a_stream_answering_a_request_gives_way_after_its_answer(held_limited: R
         with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second:
             newcomer = second.open_call(MODEL_STREAM_INFER)
             served = second.send(newcomer, [_add_sub_request()])  # admitted: the waiting stream gave way
-            assert served.status == 0 and len(_messages(served.data)) == 1, served
+            assert served.status == 0 and len(raw_grpc.messages(served.data)) == 1, served
             first.more(waiting, [_held_request("late")])  # not read: the stream takes no new request
             (held_dir / "release").write_text("")
             answer = first.answer(waiting)
             assert answer.status == RESOURCE_EXHAUSTED, answer
             assert "gave way to a stream from another address" in answer.message
-            responses = [pb.ModelStreamInferResponse.FromString(m) for m in _messages(answer.data)]
+            responses = [pb.ModelStreamInferResponse.FromString(m) for m in raw_grpc.messages(answer.data)]
             assert [r.infer_response.id for r in responses] == ["first"], responses
             assert responses[0].infer_response.raw_output_contents == [np.float32(7).tobytes()]
             kept = first.send(other, [_held_request("other")])
             assert kept.status == 0, kept
             assert [pb.ModelStreamInferResponse.FromString(m).infer_response.id
-                    for m in _messages(kept.data)] == ["other"]
+                    for m in raw_grpc.messages(kept.data)] == ["other"]
 
 
 def _live() -> bytes:
@@ -292,16 +291,6 @@ def _closed_alone(waiting: raw_grpc.RawConnection, others: list[socket.socket],
     wait_closed(waiting.sock, LOADED)
     assert all(is_open(sock) for sock in others)
     assert second.call(SERVER_LIVE, [_live()]).status == 0
-
-
-def _messages(data: bytes) -> list[bytes]:
-    """The messages of a call's DATA (each length-prefixed)."""
-    messages = []
-    while data:
-        _, length = struct.unpack(">BI", data[:5])
-        messages.append(data[5:5 + length])
-        data = data[5 + length:]
-    return messages
 
 
 def _ping(sock: socket.socket) -> None:
