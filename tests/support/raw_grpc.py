@@ -17,6 +17,9 @@ import h2.connection
 import h2.errors
 import h2.events
 
+GOAWAY = 0x7  # the HTTP/2 frame type
+REFUSED_STREAM = 0x7  # the HTTP/2 error code: the stream was not processed (a client may send it again)
+
 
 @dataclass(frozen=True)
 class RawAnswer:
@@ -58,6 +61,10 @@ class RawConnection:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout, source_address=(source, 0))
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self._heads: dict[int, dict[str, str]] = {}  # response headers `opened` read before they were asked for
+        self._unread = b""  # received bytes of a frame not yet whole
+        # the GOAWAY frames received, (last stream id, error code) each: kept from h2, which takes the first as the
+        # connection's end (it would refuse the answers of the calls the server goes on finishing)
+        self.goaways: list[tuple[int, int]] = []
 
     def __enter__(self) -> RawConnection:
         self.conn.initiate_connection()
@@ -69,8 +76,8 @@ class RawConnection:
 
     def call(self, method: str, frames: Sequence[bytes], headers: Sequence[tuple[str, str]] = ()) -> RawAnswer:
         stream = self.open_call(method, headers)
-        _send_body(self.sock, self.conn, stream, b"".join(frames))
-        return _answer(self.sock, self.conn, stream)
+        self._send_body(stream, b"".join(frames))
+        return self.answer(stream)
 
     def open_call(self, method: str, headers: Sequence[tuple[str, str]] = ()) -> int:
         """Sends a call's HEADERS and nothing more; returns its stream (its message may follow: `send`)."""
@@ -88,7 +95,7 @@ class RawConnection:
 
     def start(self, stream: int, frames: Sequence[bytes]) -> None:
         """Sends the message of a call opened by `open_call`, ending its requests; its answer is read by `answer`."""
-        _send_body(self.sock, self.conn, stream, b"".join(frames))
+        self._send_body(stream, b"".join(frames))
 
     def more(self, stream: int, frames: Sequence[bytes]) -> None:
         """Sends more messages on a call opened by `open_call`, leaving its requests open (a stream's; each small
@@ -100,10 +107,7 @@ class RawConnection:
         """Reads until the response headers of `stream` (the server took the call); returns them. Headers of
         other calls read meanwhile are kept for their own `opened`; nothing else may arrive meanwhile."""
         while stream not in self._heads:
-            received = self.sock.recv(65536)
-            if not received:
-                raise ConnectionError("the server closed the connection before answering the call's headers")
-            for event in self.conn.receive_data(received):
+            for event in self._receive("the server closed the connection before answering the call's headers"):
                 if isinstance(event, h2.events.ResponseReceived):
                     self._heads[event.stream_id] = {str(k): str(v) for k, v in event.headers}
             self.sock.sendall(self.conn.data_to_send())
@@ -111,7 +115,22 @@ class RawConnection:
 
     def answer(self, stream: int) -> RawAnswer:
         """The answer of a call `start` sent (read until it ends)."""
-        return _answer(self.sock, self.conn, stream)
+        fields: dict[str, str] = {}
+        data = bytearray()
+        while True:
+            for event in self._receive(f"the connection closed before the call ended; headers so far {fields}"):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    fields.update((str(k), str(v)) for k, v in event.headers)
+                elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                    data += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, stream)
+                elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
+                    raise StreamResetError(event.error_code)
+                if isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
+                    self.sock.sendall(self.conn.data_to_send())
+                    return RawAnswer(int(fields.get("grpc-status", "-1")), unquote(fields.get("grpc-message", "")),
+                                     bytes(data), fields)
+            self.sock.sendall(self.conn.data_to_send())
 
     def ended(self, streams: int, timeout: float) -> dict[int, RawAnswer]:
         """Reads until `streams` calls have ended (or `timeout` passes): the answer of each, by stream."""
@@ -121,10 +140,7 @@ class RawConnection:
         while len(answers) < streams and (left := deadline - time.monotonic()) > 0:
             if not select.select([self.sock], [], [], left)[0]:
                 break
-            received = self.sock.recv(65536)
-            if not received:
-                raise ConnectionError(f"the server closed the connection; answers so far {answers}")
-            for event in self.conn.receive_data(received):
+            for event in self._receive(f"the server closed the connection; answers so far {answers}"):
                 if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
                     fields.setdefault(event.stream_id, {}).update((str(k), str(v)) for k, v in event.headers)
                 elif isinstance(event, h2.events.StreamEnded):
@@ -139,6 +155,20 @@ class RawConnection:
         self.conn.reset_stream(stream, error_code=h2.errors.ErrorCodes.CANCEL)
         self.sock.sendall(self.conn.data_to_send())
 
+    def goaway(self, timeout: float) -> tuple[int, int]:
+        """Reads until the server's first GOAWAY (or `timeout` passes: TimeoutError): its last stream id and error
+        code. What else arrives meanwhile is taken by h2 but not acknowledged: the PING a graceful GOAWAY comes
+        with stays unanswered, so the server sends no second GOAWAY (the streams it took) before this client's
+        next call."""
+        deadline = time.monotonic() + timeout
+        while not self.goaways:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise TimeoutError("no GOAWAY from the server")
+            self._receive("the server closed the connection without a GOAWAY")
+        self.conn.data_to_send()  # the PING's acknowledgement, dropped
+        return self.goaways[0]
+
     def idle(self, seconds: float) -> int:
         """Reads for `seconds` without calling, acknowledging what the server sends (h2 answers PINGs); returns
         the PINGs acknowledged. ConnectionError if the server closes the connection meanwhile."""
@@ -148,54 +178,53 @@ class RawConnection:
             ready, _, _ = select.select([self.sock], [], [], left)
             if not ready:
                 break
-            received = self.sock.recv(65536)
-            if not received:
-                raise ConnectionError(f"the server closed the connection after {pings} PINGs")
-            events = self.conn.receive_data(received)
+            events = self._receive(f"the server closed the connection after {pings} PINGs")
             pings += sum(isinstance(e, h2.events.PingReceived) for e in events)
             self.sock.sendall(self.conn.data_to_send())
         return pings
 
+    def _send_body(self, stream: int, body: bytes) -> None:
+        """The body in DATA frames as flow control lets them out (the server's window updates read meanwhile; an
+        answer that ends the call before the body is sent stops the sending)."""
+        view = memoryview(body)
+        while True:
+            room = min(self.conn.local_flow_control_window(stream), self.conn.max_outbound_frame_size, len(view))
+            if room or not view:
+                self.conn.send_data(stream, view[:room].tobytes(), end_stream=room == len(view))
+                self.sock.sendall(self.conn.data_to_send())
+                view = view[room:]
+                if not view:
+                    return
+                continue
+            for event in self._receive("the connection closed while the request was being sent"):
+                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and event.stream_id == stream:
+                    raise ConnectionError(f"the server ended the call before the request was sent ({event!r})")
+            self.sock.sendall(self.conn.data_to_send())
 
-def _send_body(sock: socket.socket, conn: h2.connection.H2Connection, stream: int, body: bytes) -> None:
-    """The body in DATA frames as flow control lets them out (the server's window updates read meanwhile; an
-    answer that ends the call before the body is sent stops the sending)."""
-    view = memoryview(body)
-    while True:
-        room = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(view))
-        if room or not view:
-            conn.send_data(stream, view[:room].tobytes(), end_stream=room == len(view))
-            sock.sendall(conn.data_to_send())
-            view = view[room:]
-            if not view:
-                return
-            continue
-        received = sock.recv(65536)
+    def _receive(self, closed: str) -> list[h2.events.Event]:
+        """One read's events (ConnectionError `closed` if the server closed the connection); its GOAWAY frames go
+        to `goaways`, not to h2."""
+        received = self.sock.recv(65536)
         if not received:
-            raise ConnectionError("the connection closed while the request was being sent")
-        for event in conn.receive_data(received):
-            if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and event.stream_id == stream:
-                raise ConnectionError(f"the server ended the call before the request was sent ({event!r})")
-        sock.sendall(conn.data_to_send())
+            raise ConnectionError(closed)
+        self._unread += received
+        passed = bytearray()
+        while len(self._unread) >= 9:
+            length = int.from_bytes(self._unread[:3], "big")
+            if len(self._unread) < 9 + length:
+                break
+            whole, self._unread = self._unread[:9 + length], self._unread[9 + length:]
+            if whole[3] == GOAWAY:
+                last, code = struct.unpack(">II", whole[9:17])
+                self.goaways.append((last & 0x7FFFFFFF, code))
+            else:
+                passed += whole
+        return self.conn.receive_data(bytes(passed)) if passed else []
 
 
-def _answer(sock: socket.socket, conn: h2.connection.H2Connection, stream: int) -> RawAnswer:
-    fields: dict[str, str] = {}
-    data = bytearray()
-    while True:
-        received = sock.recv(65536)
-        if not received:
-            raise ConnectionError(f"the connection closed before the call ended; headers so far {fields}")
-        for event in conn.receive_data(received):
-            if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                fields.update((str(k), str(v)) for k, v in event.headers)
-            elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                data += event.data
-                conn.acknowledge_received_data(event.flow_controlled_length, stream)
-            elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
-                raise ConnectionError(f"the server reset the stream (error code {event.error_code})")
-            if isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
-                sock.sendall(conn.data_to_send())
-                return RawAnswer(int(fields.get("grpc-status", "-1")), unquote(fields.get("grpc-message", "")),
-                                 bytes(data), fields)
-        sock.sendall(conn.data_to_send())
+class StreamResetError(ConnectionError):
+    """The server reset the call's stream (RST_STREAM) with `error_code`."""
+
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"the server reset the stream (error code {error_code})")
+        self.error_code = error_code

@@ -1,7 +1,7 @@
 //! The requests a connection is answering, for a connection that gives way to another (crate::fair_share): it
-//! goes once they are answered, not in the middle of one (crate::http_conn for HTTP, crate::placed for gRPC). A
-//! gRPC stream's requests count one by one ([`StreamRequests`]): from when the core reads each until Python says
-//! its last response was handed to the stream.
+//! goes once they are answered, not in the middle of one (crate::driven). A gRPC stream's requests count one by
+//! one ([`StreamRequests`]): from when the core reads each until Python says its last response was handed to the
+//! stream.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,7 +69,7 @@ impl Busy {
         self.0.answering.load(Ordering::Acquire) > 0
     }
 
-    /// The connection gave way: it takes no new request (gRPC answers one UNAVAILABLE).
+    /// The connection gave way: it takes no new request (gRPC refuses one REFUSED_STREAM, crate::service).
     pub fn leave(&self) {
         self.0.leaving.raise();
     }

@@ -22,11 +22,11 @@ use hyper::header::{
 use hyper::server::conn::http1::Connection;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 
+use crate::driven::{accept, drive, Busy};
 use crate::fair_share::FairShare;
 use crate::http_coding::{answer_coding, compressed_body, encoded};
-use crate::http_conn::{drive, Busy};
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
@@ -393,53 +393,42 @@ pub fn serve(
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let (shutdown, mut signal) = oneshot::channel::<()>();
+    let (shutdown, signal) = oneshot::channel::<()>();
     let places = FairShare::new(core.config.max_connections);
-    let done = runtime.spawn(async move {
-        let (stop, stopping) = watch::channel(false);
-        // every connection's task holds a sender: all have ended once `recv` finds none left
-        let (alive, mut ended) = mpsc::channel::<()>(1);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((stream, peer)) = accepted else {
-                        tokio::time::sleep(Duration::from_millis(20)).await; // out of descriptors: let some close
-                        continue;
-                    };
-                    // all places taken and this one not owed one: dropped, so closed
-                    let Some(place) = places.admit(Some(peer.ip())) else { continue };
-                    let _ = stream.set_nodelay(true);
-                    let stream = Noted::new(SendBound::new(stream, core.config.send_timeout), place.hearing());
-                    let core = core.clone();
-                    let busy = Busy::default();
-                    let answering = busy.clone();
-                    let service = hyper::service::service_fn(move |request| {
-                        let working = answering.enter();
-                        let core = core.clone();
-                        async move {
-                            let response = handle(core, request).await;
-                            drop(working);
-                            response
-                        }
-                    });
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_READ_TIMEOUT)
-                        .serve_connection(TokioIo::new(stream), service);
-                    let (stopping, alive) = (stopping.clone(), alive.clone());
-                    tokio::spawn(async move {
-                        drive(connection, Connection::graceful_shutdown, place, busy, stopping).await;
-                        drop(alive);
-                    });
+    let done = runtime.spawn(accept(
+        listener,
+        places,
+        signal,
+        move |stream, place, stopping| {
+            let stream = Noted::new(
+                SendBound::new(stream, core.config.send_timeout),
+                place.hearing(),
+            );
+            let core = core.clone();
+            let busy = Busy::default();
+            let answering = busy.clone();
+            let service = hyper::service::service_fn(move |request| {
+                let working = answering.enter();
+                let core = core.clone();
+                async move {
+                    let response = handle(core, request).await;
+                    drop(working);
+                    response
                 }
-                _ = &mut signal => break,
-            }
-        }
-        drop(listener);
-        stop.send_replace(true);
-        drop(alive);
-        let _ = ended.recv().await;
-    });
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            drive(
+                connection,
+                Connection::graceful_shutdown,
+                place,
+                busy,
+                stopping,
+            )
+        },
+    ));
     Ok(Running::new(shutdown, done))
 }
 

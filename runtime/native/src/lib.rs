@@ -1,17 +1,18 @@
 //! The runtime's native protocol core (`ensemble_runtime.protocol._native`): the KServe v2 / Triton gRPC services
-//! served by tonic, `ModelInfer` decoded here, and the HTTP port on hyper with its infer endpoint; every call is
+//! routed by tonic on hyper's HTTP/2 server, `ModelInfer` decoded here, and the HTTP port on hyper with its infer endpoint; every call is
 //! handed to the Python data plane in batches.
 //! What a request means stays in Python; this crate parses and writes the wire.
 
 pub mod budget;
 pub mod busy;
 pub mod codings;
+pub mod driven;
 pub mod fair_share;
 pub mod grpc_plain;
+pub mod grpc_timeout;
 pub mod handshake;
 pub mod http;
 pub mod http_coding;
-pub mod http_conn;
 pub mod http_infer;
 pub mod http_pace;
 pub mod http_reply;

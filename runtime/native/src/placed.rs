@@ -1,9 +1,6 @@
-//! A connection that holds a place among those its port keeps open (crate::fair_share): it notes when bytes
-//! arrive on it (how quiet it is), and once told to give way its reads fail, so the server drops it: at once when
-//! no unary call is being answered on it, else once those are answered and had FLUSH_GRACE to leave, new calls on
-//! it answered UNAVAILABLE meanwhile (tonic serves each connection itself: there is no GOAWAY of one to send).
-//! Its reads fail too when answers wait and the peer has taken none of them for the send timeout
-//! (crate::outgoing).
+//! A gRPC connection that holds a place among those its port keeps open (crate::fair_share; its task holds the
+//! place and gives way, crate::driven): it notes when bytes arrive on it (how quiet it is), and its reads fail when
+//! answers wait and the peer has taken none of them for the send timeout (crate::outgoing), so the server drops it.
 
 use std::future::Future;
 use std::io;
@@ -15,26 +12,21 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::busy::Busy;
-use crate::fair_share::{Heard, Place};
+use crate::fair_share::Heard;
 use crate::outgoing::Outgoing;
 
-type Leaving = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// `io` holding `place` until it is dropped (the connection is closed).
+/// `io`, its reads noted for its place and failing once its answers stall.
 pub struct Placed<T> {
     io: T,
-    place: Place,
-    heard: Heard, // the place's
-    busy: Busy,
-    /// Told to give way: None before; then, while calls are being answered, until they are.
-    leaving: Option<Option<Leaving>>,
+    heard: Heard,
     outgoing: Outgoing,
     send_timeout: Duration,
     /// Set to the send timeout's deadline while answers wait; when it passes, checked afresh.
     stalled: Option<Pin<Box<Sleep>>>,
 }
 
-/// A placed connection's info for the calls on it: the inner connection's, and what it is answering.
+/// A placed connection's info for the calls on it: the inner connection's, what it is answering, and its answers'
+/// pieces waiting to be sent.
 #[derive(Clone)]
 pub struct PlacedInfo<I> {
     pub inner: I,
@@ -43,18 +35,20 @@ pub struct PlacedInfo<I> {
 }
 
 impl<T> Placed<T> {
-    /// `send_timeout`: how long answers may wait with none of them taken.
-    pub fn new(io: T, place: Place, send_timeout: Duration) -> Self {
+    /// `heard`: its place's; `send_timeout`: how long answers may wait with none of them taken.
+    pub fn new(io: T, heard: Heard, send_timeout: Duration) -> Self {
         Self {
             io,
-            heard: place.hearing(),
-            place,
-            busy: Busy::default(),
-            leaving: None,
+            heard,
             outgoing: Outgoing::default(),
             send_timeout,
             stalled: None,
         }
+    }
+
+    /// Where its answers' pieces are counted while they wait.
+    pub fn outgoing(&self) -> &Outgoing {
+        &self.outgoing
     }
 
     /// Whether answers have waited the send timeout with none taken (the timer set to wake it when they would).
@@ -83,26 +77,6 @@ impl<T> Placed<T> {
     pub fn get_ref(&self) -> &T {
         &self.io
     }
-
-    /// Whether it must close now (it gave way, and nothing it answers holds it).
-    fn poll_gone(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.leaving.is_none() {
-            if !self.place.poll_given_way(cx) {
-                return false;
-            }
-            self.busy.leave();
-            let busy = self.busy.clone();
-            self.leaving = Some(
-                self.busy
-                    .any()
-                    .then(|| Box::pin(async move { busy.flushed().await }) as Leaving),
-            );
-        }
-        match &mut self.leaving {
-            Some(Some(leaving)) => leaving.as_mut().poll(cx).is_ready(),
-            _ => true,
-        }
-    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
@@ -119,12 +93,6 @@ impl<T: AsyncRead + Unpin> AsyncRead for Placed<T> {
                     "the peer took none of the answers waiting for it for {:?}",
                     me.send_timeout
                 ),
-            )));
-        }
-        if me.poll_gone(cx) {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the port's connections are all taken, and this one gave way to one from another address",
             )));
         }
         read_noting(&mut me.io, &me.heard, cx, buf)
@@ -146,20 +114,8 @@ fn read_noting<T: AsyncRead + Unpin>(
     polled
 }
 
-impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Placed<T> {
-    type ConnectInfo = PlacedInfo<T::ConnectInfo>;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        PlacedInfo {
-            inner: self.io.connect_info(),
-            busy: self.busy.clone(),
-            outgoing: self.outgoing.clone(),
-        }
-    }
-}
-
 /// `io` whose reads are noted for a place held elsewhere (an HTTP connection's, which its task holds: it gives way
-/// gracefully, crate::http_conn).
+/// gracefully, crate::driven).
 pub struct Noted<T> {
     io: T,
     heard: Heard,
@@ -186,23 +142,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Noted<T> {
     }
 }
 
-/// For a connection wrapper whose field `io` is the connection: writes go straight to it, and tonic's connection
-/// info is its (`write_only`: the wrapper gives its own).
+/// For a connection wrapper whose field `io` is the connection: writes go straight to it.
 macro_rules! writes_through {
     ($wrapper:ident) => {
-        $crate::placed::writes_through!($wrapper, write_only);
-
-        impl<T: ::tonic::transport::server::Connected> ::tonic::transport::server::Connected
-            for $wrapper<T>
-        {
-            type ConnectInfo = T::ConnectInfo;
-
-            fn connect_info(&self) -> Self::ConnectInfo {
-                self.io.connect_info()
-            }
-        }
-    };
-    ($wrapper:ident, write_only) => {
         impl<T: ::tokio::io::AsyncWrite + Unpin> ::tokio::io::AsyncWrite for $wrapper<T> {
             fn poll_write(
                 self: ::std::pin::Pin<&mut Self>,
@@ -242,7 +184,7 @@ macro_rules! writes_through {
 }
 pub(crate) use writes_through;
 
-writes_through!(Placed, write_only);
+writes_through!(Placed);
 writes_through!(Noted);
 
 #[cfg(test)]
@@ -253,52 +195,21 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
-    async fn reads_pass_until_the_connection_is_told_to_give_way() {
+    async fn reads_are_noted_for_the_place() {
         let places = FairShare::new(2);
-        let first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
+        let mut first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
         let (near, mut far) = tokio::io::duplex(64);
-        let mut placed = Placed::new(near, first, Duration::from_secs(3600));
+        let mut placed = Placed::new(near, first.hearing(), Duration::from_secs(3600));
+        let _second = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
         far.write_all(b"abc").await.unwrap();
         let mut read = [0u8; 3];
         placed.read_exact(&mut read).await.unwrap();
         assert_eq!(&read, b"abc");
-        let _second = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap(); // heard since: not the quietest
-        let waiting = tokio::spawn(async move {
-            let mut more = [0u8; 1];
-            placed.read(&mut more).await
-        });
-        tokio::task::yield_now().await;
+        // heard since the second was taken: the second is the quietest, and gives way to another address
         let _newcomer = places.admit(Some(IpAddr::from([10, 0, 0, 2]))).unwrap();
-        let failed = waiting.await.unwrap().unwrap_err(); // woken, not left waiting for bytes
-        assert_eq!(failed.kind(), io::ErrorKind::ConnectionAborted);
-        assert_eq!(places.taken(), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_answering_a_call_gives_way_once_it_is_answered() {
-        let places = FairShare::new(2);
-        let first = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
-        let _second = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
-        let (near, mut far) = tokio::io::duplex(64);
-        let mut placed = Placed::new(near, first, Duration::from_secs(3600));
-        let busy = tonic::transport::server::Connected::connect_info(&placed).busy;
-        let answering = busy.enter();
-        let _newcomer = places.admit(Some(IpAddr::from([10, 0, 0, 2]))).unwrap();
-        far.write_all(b"abc").await.unwrap(); // still read while the call is answered (its flow control, pings)
-        let mut read = [0u8; 3];
-        placed.read_exact(&mut read).await.unwrap();
-        assert!(busy.leaving(), "new calls on it are refused");
-        let waiting = tokio::spawn(async move {
-            let mut more = [0u8; 1];
-            placed.read(&mut more).await
-        });
-        tokio::time::sleep(std::time::Duration::from_secs(3600)).await; // a slow model: waited for
-        assert!(!waiting.is_finished());
-        drop(answering);
-        let answered = tokio::time::Instant::now();
-        let failed = waiting.await.unwrap().unwrap_err();
-        assert_eq!(failed.kind(), io::ErrorKind::ConnectionAborted);
-        assert_eq!(answered.elapsed(), crate::busy::FLUSH_GRACE);
+        let noop = &mut Context::from_waker(std::task::Waker::noop());
+        assert!(!first.poll_given_way(noop));
     }
 
     #[tokio::test(start_paused = true)]
@@ -310,8 +221,8 @@ mod tests {
         let places = FairShare::new(2);
         let place = places.admit(Some(IpAddr::from([10, 0, 0, 1]))).unwrap();
         let (near, mut far) = tokio::io::duplex(64);
-        let mut placed = Placed::new(near, place, timeout);
-        let outgoing = tonic::transport::server::Connected::connect_info(&placed).outgoing;
+        let mut placed = Placed::new(near, place.hearing(), timeout);
+        let outgoing = placed.outgoing().clone();
         let idle = tokio::spawn(async move {
             let mut byte = [0u8; 1];
             let read = placed.read(&mut byte).await;

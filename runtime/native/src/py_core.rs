@@ -25,7 +25,7 @@ use crate::service::{serve, Core, Reply, Work, MODEL_INFER};
 pub struct GrpcCore {
     core: Arc<Core>,
     limits: ConnectionLimits,
-    serving: Serving<Result<(), tonic::transport::Error>>,
+    serving: Serving<()>,
 }
 
 #[pymethods]

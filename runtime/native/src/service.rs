@@ -1,4 +1,5 @@
-//! The gRPC services on tonic's server: `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
+//! The gRPC services, routed by tonic on hyper's HTTP/2 server (each connection driven by its own task,
+//! crate::driven): `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 //!
 //! Every call is checked against the restrictions on its headers first. `ModelInfer` is decoded here into
 //! [`ModelInferRequest`]; the other unary methods cross as raw bytes. Either way the call waits in the
@@ -9,21 +10,25 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio::sync::oneshot;
-use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{
     BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder,
 };
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic::service::Routes;
+use tonic::transport::server::TcpConnectInfo;
 use tonic::{Response, Status};
 
 use crate::budget::{CallBudget, CallLimits, WaitingCall};
 use crate::busy::Busy;
+use crate::driven::{accept, drive};
 use crate::fair_share::FairShare;
+use crate::grpc_timeout;
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
@@ -40,10 +45,11 @@ pub const HEALTH: &str = "grpc.health.v1.Health";
 pub const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 pub const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
-/// A call on a connection that gave way and is finishing the calls it had: a new connection takes it.
+/// How a stream on a connection that gave way ends, once the answers of what it read are sent: a new connection
+/// takes its next requests.
 pub const GAVE_WAY: &str =
     "this connection gave way to one from another address (the port's connections are all \
-taken) and takes no new call; open a new connection";
+taken); open a new connection";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[
@@ -137,11 +143,8 @@ impl Core {
             .extensions()
             .get::<PlacedInfo<TcpConnectInfo>>()
             .cloned();
-        // answered before its connection closes, when the connection gives way (crate::placed)
+        // answered before its connection closes, when the connection gives way (crate::driven)
         let busy = placed.as_ref().map(|placed| placed.busy.clone());
-        if busy.as_ref().is_some_and(Busy::leaving) {
-            return Status::unavailable(GAVE_WAY).into_http();
-        }
         // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
         // unary call until its message has arrived (or it is told to give way to a newer one).
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
@@ -360,49 +363,104 @@ macro_rules! named_service {
 named_service!(InferenceService, INFERENCE);
 named_service!(HealthService, HEALTH);
 
-/// The gRPC server task.
-pub type GrpcRunning = Running<Result<(), tonic::transport::Error>>;
-
 /// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`, its
-/// connections within `limits`.
+/// connections within `limits`: each driven by its own task (crate::driven), so that one that gives way says so
+/// with a GOAWAY.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<Core>,
     listener: TcpListener,
     limits: ConnectionLimits,
-) -> std::io::Result<GrpcRunning> {
+) -> std::io::Result<Running<()>> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
-    let connections = FairShare::new(limits.max_connections);
-    let incoming = TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?)
-        .with_nodelay(Some(true))
-        .filter_map(move |accepted| match accepted {
-            Ok(tcp) => {
-                let peer = tcp.peer_addr().ok().map(|address| address.ip());
-                // the port full and this one not owed a place: dropped, so closed
-                let place = connections.admit(peer)?;
-                Some(Ok(Deadlined::new(
-                    Placed::new(
-                        SendBound::new(tcp, limits.send_timeout),
-                        place,
-                        limits.send_timeout,
-                    ),
-                    limits.handshake,
-                )))
-            }
-            Err(error) => Some(Err(error)),
-        });
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let (shutdown, signal) = oneshot::channel::<()>();
-    let router = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(limits.keepalive_time))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .add_service(InferenceService(core.clone()))
-        .add_service(HealthService(core));
-    let done = runtime.spawn(router.serve_with_incoming_shutdown(incoming, async {
-        let _ = signal.await;
-    }));
+    let places = FairShare::new(limits.max_connections);
+    let routes = Routes::new(InferenceService(core.clone())).add_service(HealthService(core));
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.keepalive_time))
+        .keep_alive_timeout(limits.keepalive_timeout)
+        .max_concurrent_streams(limits.max_concurrent_streams);
+    let done = runtime.spawn(accept(
+        listener,
+        places,
+        signal,
+        move |tcp, place, stopping| {
+            let inner = TcpConnectInfo {
+                local_addr: tcp.local_addr().ok(),
+                remote_addr: tcp.peer_addr().ok(),
+            };
+            let io = Placed::new(
+                SendBound::new(tcp, limits.send_timeout),
+                place.hearing(),
+                limits.send_timeout,
+            );
+            let busy = Busy::default();
+            let info = PlacedInfo {
+                inner,
+                busy: busy.clone(),
+                outgoing: io.outgoing().clone(),
+            };
+            let io = Deadlined::new(io, limits.handshake);
+            let service = Connection {
+                routes: routes.clone(),
+                info,
+            };
+            let connection = builder.serve_connection(TokioIo::new(io), service);
+            drive(
+                connection,
+                http2::Connection::graceful_shutdown,
+                place,
+                busy,
+                stopping,
+            )
+        },
+    ));
     Ok(Running::new(shutdown, done))
+}
+
+/// The calls of one connection: each told where it came from (its [`PlacedInfo`]), then routed to its service;
+/// refused with REFUSED_STREAM once the connection gave way (GOAWAY sent, or on its way: the client has not
+/// started it, so a gRPC client retries it on a new connection).
+#[derive(Clone)]
+struct Connection {
+    routes: Routes,
+    info: PlacedInfo<TcpConnectInfo>,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Connection {
+    type Response = http::Response<Body>;
+    type Error = h2::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn call(&self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        if self.info.busy.leaving() {
+            return Box::pin(std::future::ready(Err(h2::Reason::REFUSED_STREAM.into())));
+        }
+        let deadline = request
+            .headers()
+            .get(grpc_timeout::HEADER)
+            .and_then(|value| grpc_timeout::parse(value.as_bytes()));
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(self.info.clone());
+        let answered = self.routes.clone().call(request);
+        Box::pin(async move {
+            let answered = match deadline {
+                Some(within) => match tokio::time::timeout(within, answered).await {
+                    Ok(answered) => answered,
+                    Err(_) => return Ok(Status::deadline_exceeded("Deadline Exceeded").into_http()),
+                },
+                None => answered.await,
+            };
+            match answered {
+                Ok(response) => Ok(response),
+                Err(never) => match never {},
+            }
+        })
+    }
 }
 
 #[cfg(test)]

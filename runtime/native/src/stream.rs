@@ -7,7 +7,7 @@
 //! client stops reading, `Outbound::offer` answers [`Offer::Full`] and Python waits for a writable notice
 //! (sent once the channel drains a message), so a producer waits instead of queueing without bound.
 //!
-//! When its connection gives way (crate::placed), a stream reads no further request and ends UNAVAILABLE once the
+//! When its connection gives way (crate::driven), a stream reads no further request and ends UNAVAILABLE once the
 //! ones it read are answered (`StreamCall.answered`, crate::busy::StreamRequests); a health `Watch`, at once. So
 //! does one told to give way to a stream from another address (crate::budget), ending RESOURCE_EXHAUSTED; its place
 //! goes to the newcomer at once.
@@ -107,7 +107,7 @@ pub struct StreamHandler {
     pub path: String,
     /// The stream's place in the budget across connections, held by its responses (crate::budget).
     pub open: Option<OpenStream>,
-    /// What its connection is answering (crate::placed), when it is placed.
+    /// What its connection is answering (crate::busy).
     pub busy: Option<Busy>,
 }
 

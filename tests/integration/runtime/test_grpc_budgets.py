@@ -157,8 +157,10 @@ def held_limited(repository: Path, held_repository: Path, held_dir: Path) -> Ite
 def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: RuntimeProcess,
                                                                    held_dir: Path) -> None:
     """The connection waiting longest on the server has read nothing for longest: the quietest. Told to give way
-    while a call on it is being answered, it answers that call first (a new call on it meanwhile is UNAVAILABLE,
-    saying why), then closes; before, it was closed at once and the call lost."""
+    while a call on it is being answered, it says so with a GOAWAY (NO_ERROR), answers that call, then closes; a
+    call the client sent before it read the GOAWAY is refused with REFUSED_STREAM (not processed: a gRPC client
+    sends it again on a new connection). Before, the connection was closed at once and the call lost; then a new
+    call on it was answered UNAVAILABLE until it closed."""
     _fresh(held_limited, held_dir)
     deadline = time.monotonic() + LOADED
     with raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.1") as waiting:
@@ -168,14 +170,55 @@ def test_a_connection_answering_a_call_gives_way_after_the_answer(held_limited: 
         with (_quieter_places(held_limited, deadline) as others,
               raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second):
             assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: a place was given up for it
-            refused = waiting.call(SERVER_LIVE, [_live()])
-            assert refused.status == grpc.StatusCode.UNAVAILABLE.value[0], refused
-            assert "gave way" in refused.message
+            assert waiting.goaway(LOADED) == (2**31 - 1, 0)  # graceful: the streams it took follow
+            with pytest.raises(raw_grpc.StreamResetError) as refused:
+                waiting.call(SERVER_LIVE, [_live()])
+            assert refused.value.error_code == raw_grpc.REFUSED_STREAM
             (held_dir / "release").write_text("")
             answer = waiting.answer(call)
             assert answer.status == 0, answer
             assert pb.ModelInferResponse.FromString(answer.data[5:]).raw_output_contents == [np.float32(7).tobytes()]
             _closed_alone(waiting, others, second)
+
+
+def test_a_grpc_client_whose_connection_gave_way_calls_on_a_new_one(held_limited: RuntimeProcess,
+                                                                     held_dir: Path) -> None:
+    """A grpcio channel whose connection gives way while a call on it waits for its model: that call is answered,
+    and the channel's next call is served on a new connection (the GOAWAY told it to open one; a call it sent before
+    reading the GOAWAY is refused unprocessed, and sent again). Before, that next call was answered UNAVAILABLE
+    until the old connection closed."""
+    _fresh(held_limited, held_dir)
+    deadline = time.monotonic() + LOADED
+    with grpc.insecure_channel(held_limited.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        held = stub.ModelInfer.future(_held_infer(), timeout=LOADED)
+        _wait_started(held_dir, deadline)
+        with (_quieter_places(held_limited, deadline) as others,
+              raw_grpc.RawConnection(held_limited.grpc_url, LOADED, source="127.0.0.2") as second):
+            assert second.call(SERVER_LIVE, [_live()]).status == 0  # served: the channel's connection gave way
+            others.pop().close()  # a place for the channel's new connection, once the server has closed this one
+            wait_port_settled(int(held_limited.grpc_url.rsplit(":", 1)[1]), LOADED)
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=LOADED).live
+            (held_dir / "release").write_text("")
+            assert held.result().raw_output_contents == [np.float32(7).tobytes()]
+
+
+def test_a_call_past_its_deadline_is_answered_deadline_exceeded(held_limited: RuntimeProcess, held_dir: Path) -> None:
+    """The server keeps the client's deadline (`grpc-timeout`), as grpc core's does: a call waiting on its model
+    past it is answered DEADLINE_EXCEEDED, and the connection goes on serving. (tonic's server, before each
+    connection was driven by the core, answered CANCELLED.)"""
+    _fresh(held_limited, held_dir)
+    with raw_grpc.RawConnection(held_limited.grpc_url, LOADED) as connection:
+        try:
+            started = time.monotonic()
+            answer = connection.call(MODEL_INFER, [_held_request()], headers=[("grpc-timeout", "300m")])
+            assert answer.status == grpc.StatusCode.DEADLINE_EXCEEDED.value[0], answer
+            assert answer.message == "Deadline Exceeded"
+            assert time.monotonic() - started >= 0.3
+        finally:
+            (held_dir / "release").write_text("")
+        # served once the timed-out execution has ended (one instance), so the next test's holds again
+        assert connection.call(MODEL_INFER, [_held_request()]).status == 0
 
 
 def test_a_connection_answering_a_stream_gives_way_after_its_answers(held_limited: RuntimeProcess,
@@ -248,11 +291,15 @@ def _live() -> bytes:
     return raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())
 
 
+def _held_infer(request_id: str = "") -> pb.ModelInferRequest:
+    """A `py_held` request (X = 7)."""
+    return pb.ModelInferRequest(model_name="py_held", id=request_id, raw_input_contents=[np.float32(7).tobytes()],
+                                inputs=[pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1])])
+
+
 def _held_request(request_id: str = "") -> bytes:
     """A framed `py_held` request (X = 7)."""
-    infer = pb.ModelInferRequest(model_name="py_held", id=request_id, raw_input_contents=[np.float32(7).tobytes()],
-                                 inputs=[pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1])])
-    return raw_grpc.frame(infer.SerializeToString())
+    return raw_grpc.frame(_held_infer(request_id).SerializeToString())
 
 
 def _fresh(proc: RuntimeProcess, held_dir: Path) -> None:

@@ -1,20 +1,66 @@
-//! One HTTP/1.1 connection of a port that shares its places (crate::fair_share), driven to its end. Told to give
-//! way, a connection with no request being answered is closed at once; one with a request being answered (a slow
-//! model) finishes it first, as hyper's graceful shutdown does (the answer says `Connection: close`), and is closed
-//! once the answer had `FLUSH_GRACE` to leave, so a client that stops reading its answer cannot keep the place.
-//! Closing it abruptly, as the first version did, lost that answer: the connection waiting longest on the server
-//! had read nothing for longest, so it was the quietest.
+//! A port's connections, each driven to its end by its own task: the HTTP/1.1 port's and the gRPC port's (HTTP/2),
+//! both sharing their places (crate::fair_share). Told to give way, a connection with no request being answered is
+//! closed at once; one with a request being answered (a slow model) finishes it first, by hyper's graceful shutdown
+//! (HTTP/1.1: the answer says `Connection: close`; HTTP/2: a GOAWAY, so a gRPC client sends its next calls on a new
+//! connection, and its calls sent before the GOAWAY reached it are refused with REFUSED_STREAM, which it retries
+//! there), and is closed once the answer had `FLUSH_GRACE` to leave, so a client that stops reading its answer
+//! cannot keep the place. Closing it abruptly, as the first version did, lost that answer: the connection waiting
+//! longest on the server had read nothing for longest, so it was the quietest.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use crate::busy::{Busy, FLUSH_GRACE};
-use crate::fair_share::Place;
+use crate::fair_share::{FairShare, Place};
+
+/// Accepts connections on `listener` until `signal`, each one `places` admits handed to `open` with its place and
+/// the port's stop (true once the port stops); `open`'s future, the connection's task, is spawned. Then stops
+/// taking connections, tells those open to stop, and returns once all their tasks have ended.
+pub async fn accept<F, T>(
+    listener: TcpListener,
+    places: FairShare,
+    mut signal: oneshot::Receiver<()>,
+    mut open: F,
+) where
+    F: FnMut(TcpStream, Place, watch::Receiver<bool>) -> T,
+    T: Future<Output = ()> + Send + 'static,
+{
+    let (stop, stopping) = watch::channel(false);
+    // every connection's task holds a sender: all have ended once `recv` finds none left
+    let (alive, mut ended) = mpsc::channel::<()>(1);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(20)).await; // out of descriptors: let some close
+                    continue;
+                };
+                // all places taken and this one not owed one: dropped, so closed
+                let Some(place) = places.admit(Some(peer.ip())) else { continue };
+                let _ = stream.set_nodelay(true);
+                let task = open(stream, place, stopping.clone());
+                let alive = alive.clone();
+                tokio::spawn(async move {
+                    task.await;
+                    drop(alive);
+                });
+            }
+            _ = &mut signal => break,
+        }
+    }
+    drop(listener);
+    stop.send_replace(true);
+    drop(alive);
+    let _ = ended.recv().await;
+}
 
 /// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
-/// graceful shutdown waits) or its place gives way (above). `graceful` begins the connection's graceful shutdown.
+/// graceful shutdown waits) or its place gives way (above; `busy` is told, so that the connection's calls give way
+/// too: crate::busy). `graceful` begins the connection's graceful shutdown.
 pub async fn drive<C: Future>(
     connection: C,
     graceful: fn(Pin<&mut C>),
@@ -28,8 +74,11 @@ pub async fn drive<C: Future>(
         _ = place.given_way() => true,
         _ = stop.wait_for(|stopping| *stopping) => false,
     };
-    if gave_way && !busy.any() {
-        return; // dropped: closed
+    if gave_way {
+        busy.leave();
+        if !busy.any() {
+            return; // dropped: closed
+        }
     }
     graceful(connection.as_mut());
     if !gave_way {
@@ -140,6 +189,7 @@ mod tests {
             !setup.graceful.load(Ordering::Acquire),
             "dropped, not shut down gracefully"
         );
+        assert!(setup.busy.leaving());
     }
 
     #[tokio::test(start_paused = true)]
@@ -150,6 +200,7 @@ mod tests {
         let _newcomer = newcomer(&setup);
         tokio::time::sleep(Duration::from_secs(3600)).await; // a slow model: still waited for
         assert!(setup.graceful.load(Ordering::Acquire));
+        assert!(setup.busy.leaving(), "its calls told to give way too");
         assert!(!setup.driven.is_finished());
         drop(answering);
         tokio::task::yield_now().await;
@@ -177,6 +228,7 @@ mod tests {
         setup.stop.send_replace(true);
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert!(setup.graceful.load(Ordering::Acquire));
+        assert!(!setup.busy.leaving(), "its calls finish as they would");
         assert!(!setup.driven.is_finished());
         close(&setup);
         setup.driven.await.unwrap();
