@@ -52,6 +52,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-max-incomplete-calls",
     "--grpc-max-open-streams",
     "--grpc-send-timeout-secs",
+    "--grpc-max-connection-age-secs",
 )
 MAX_IMAGE_LENGTH = 512
 

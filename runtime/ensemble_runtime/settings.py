@@ -49,6 +49,8 @@ class GrpcConnections(BaseModel, frozen=True):
     max_incomplete_calls: int = Field(default=4096, gt=0, lt=2**63)
     max_open_streams: int = Field(default=2048, gt=0, lt=2**63)
     send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS  # native front end
+    # a connection this old (+-10%) goes: GOAWAY, its calls answered, so clients spread over new replicas; 0: never
+    max_age_secs: int = Field(default=0, ge=0, lt=2**31)
 
 
 class RuntimeSettings(BaseModel):
@@ -80,6 +82,7 @@ class RuntimeSettings(BaseModel):
     grpc_max_incomplete_calls: int = Field(default=GrpcConnections().max_incomplete_calls, gt=0, lt=2**63)
     grpc_max_open_streams: int = Field(default=GrpcConnections().max_open_streams, gt=0, lt=2**63)
     grpc_send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS
+    grpc_max_connection_age_secs: int = Field(default=0, ge=0, lt=2**31)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -120,7 +123,8 @@ class RuntimeSettings(BaseModel):
                                max_connections=self.grpc_max_connections,
                                max_incomplete_calls=self.grpc_max_incomplete_calls,
                                max_open_streams=self.grpc_max_open_streams,
-                               send_timeout_secs=self.grpc_send_timeout_secs)
+                               send_timeout_secs=self.grpc_send_timeout_secs,
+                               max_age_secs=self.grpc_max_connection_age_secs)
 
 
 def _bool(text: str) -> bool:
@@ -200,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a gRPC connection whose peer takes none of the answers waiting for it for this long (its "
                         "TCP reads stopped, or its HTTP/2 window gives them no room) is closed, its calls with it "
                         "(--grpc-frontend=native; nginx's send_timeout); a peer that reads slowly is kept; default 60")
+    p.add_argument("--grpc-max-connection-age-secs", type=_non_negative,
+                   help="a gRPC connection about this old (+-10%%) goes: a GOAWAY, so the client opens a new one "
+                        "(which a Kubernetes Service may send to a replica added since) and sends its next calls "
+                        "there, while the calls on the old one are answered; its streams end UNAVAILABLE once what "
+                        "they read is answered (grpc core's max connection age; both front ends); default 0, never")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "

@@ -53,7 +53,8 @@ def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]]
                     max_connections=connections.max_connections,
                     max_incomplete_calls=connections.max_incomplete_calls,
                     max_open_streams=connections.max_open_streams,
-                    send_timeout=connections.send_timeout_secs)
+                    send_timeout=connections.send_timeout_secs,
+                    max_connection_age=connections.max_age_secs)
 
 
 class NativeGrpcServer:

@@ -4,7 +4,7 @@
 //! stream.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -17,6 +17,16 @@ struct State {
     answering: AtomicUsize,
     idle: Notify,
     leaving: Flag,
+    going: OnceLock<Going>,
+}
+
+/// Why a connection goes before its peer or the port ends it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Going {
+    /// Its place went to a newcomer from another address (crate::fair_share).
+    GaveWay,
+    /// It reached the port's maximum connection age (crate::grpc_port).
+    Aged,
 }
 
 /// Something that happens once (a connection or a stream told to give way), and can be waited for.
@@ -69,12 +79,19 @@ impl Busy {
         self.0.answering.load(Ordering::Acquire) > 0
     }
 
-    /// The connection gave way: it takes no new request (gRPC refuses one REFUSED_STREAM, crate::service).
-    pub fn leave(&self) {
+    /// The connection goes (gave way, or aged): it takes no new request (gRPC refuses one REFUSED_STREAM,
+    /// crate::grpc_port). The first reason given stays.
+    pub fn leave(&self, going: Going) {
+        let _ = self.0.going.set(going);
         self.0.leaving.raise();
     }
 
-    /// Once the connection was told to give way.
+    /// Why the connection goes, once it does.
+    pub fn going(&self) -> Option<Going> {
+        self.0.going.get().copied()
+    }
+
+    /// Once the connection was told to go.
     pub async fn left(&self) {
         self.0.leaving.wait().await;
     }
@@ -146,6 +163,11 @@ impl StreamRequests {
         self.0.settled.notify_waiters();
     }
 
+    /// Why its connection goes, once it does.
+    pub fn going(&self) -> Option<Going> {
+        self.0.busy.going()
+    }
+
     /// The stream gave way itself: it takes no new request.
     pub fn leave(&self) {
         self.0.leaving.raise();
@@ -192,6 +214,15 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_goes_for_its_first_reason() {
+        let busy = Busy::default();
+        assert_eq!((busy.leaving(), busy.going()), (false, None));
+        busy.leave(Going::Aged);
+        busy.leave(Going::GaveWay);
+        assert_eq!((busy.leaving(), busy.going()), (true, Some(Going::Aged)));
+    }
+
+    #[test]
     fn a_stream_gives_way_once_left_and_its_requests_answered() {
         let busy = Busy::default();
         let requests = StreamRequests::new(busy.clone(), true);
@@ -201,7 +232,7 @@ mod tests {
         let mut gave_way = Box::pin(requests.gave_way());
         requests.answered();
         assert!(!ready(&mut gave_way)); // not told to give way yet
-        busy.leave();
+        busy.leave(Going::GaveWay);
         assert!(!ready(&mut gave_way)); // one request still being answered
         requests.answered();
         assert!(ready(&mut gave_way));
@@ -218,7 +249,7 @@ mod tests {
         ended.taken();
         let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
         assert!(!ready(&mut quiet_gone) && !ready(&mut left));
-        busy.leave();
+        busy.leave(Going::GaveWay);
         assert!(ready(&mut quiet_gone) && ready(&mut left));
         assert!(busy.any());
         ended.clear();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use crate::busy::{Busy, FLUSH_GRACE};
+pub use crate::busy::{Busy, Going, FLUSH_GRACE};
 use crate::fair_share::{FairShare, Place};
 
 /// Accepts connections on `listener` until `signal`, each one `places` admits handed to `open` with its place and
@@ -59,32 +59,35 @@ pub async fn accept<F, T>(
 }
 
 /// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
-/// graceful shutdown waits) or its place gives way (above; `busy` is told, so that the connection's calls give way
-/// too: crate::busy). `graceful` begins the connection's graceful shutdown.
+/// graceful shutdown waits), its place gives way (above) or `aged` is ready (the port's maximum connection age:
+/// `graceful` whether or not a call is being answered, so the peer learns of it before the connection closes, then
+/// as for a connection that gave way). `busy` is told why it goes, so that the connection's calls go too
+/// (crate::busy). `graceful` begins the connection's graceful shutdown.
 pub async fn drive<C: Future>(
     connection: C,
     graceful: fn(Pin<&mut C>),
     mut place: Place,
+    aged: impl Future<Output = ()>,
     busy: Busy,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut connection = std::pin::pin!(connection);
-    let gave_way = tokio::select! {
+    let going = tokio::select! {
         _ = connection.as_mut() => return,
-        _ = place.given_way() => true,
-        _ = stop.wait_for(|stopping| *stopping) => false,
+        _ = place.given_way() => Some(Going::GaveWay),
+        _ = aged => Some(Going::Aged),
+        _ = stop.wait_for(|stopping| *stopping) => None,
     };
-    if gave_way {
-        busy.leave();
-        if !busy.any() {
-            return; // dropped: closed
-        }
-    }
-    graceful(connection.as_mut());
-    if !gave_way {
+    let Some(going) = going else {
+        graceful(connection.as_mut());
         connection.await;
         return;
+    };
+    busy.leave(going);
+    if going == Going::GaveWay && !busy.any() {
+        return; // dropped: closed
     }
+    graceful(connection.as_mut());
     tokio::select! {
         _ = connection => {}
         _ = busy.flushed() => {}
@@ -132,6 +135,7 @@ mod tests {
         waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
         busy: Busy,
         stop: watch::Sender<bool>,
+        age: Option<tokio::sync::oneshot::Sender<()>>,
         driven: tokio::task::JoinHandle<()>,
     }
 
@@ -152,7 +156,13 @@ mod tests {
         };
         let busy = Busy::default();
         let (stop, stopping) = watch::channel(false);
-        let driven = tokio::spawn(drive(fake, graceful, place, busy.clone(), stopping));
+        let (age, aging) = tokio::sync::oneshot::channel::<()>();
+        let aged = async move {
+            if aging.await.is_err() {
+                std::future::pending::<()>().await; // the test ended without ageing it
+            }
+        };
+        let driven = tokio::spawn(drive(fake, graceful, place, aged, busy.clone(), stopping));
         Setup {
             places,
             _other: other,
@@ -161,6 +171,7 @@ mod tests {
             waker,
             busy,
             stop,
+            age: Some(age),
             driven,
         }
     }
@@ -218,6 +229,33 @@ mod tests {
         drop(answering); // the answer is ready; the client does not read it, so the connection does not end
         let started = tokio::time::Instant::now();
         setup.driven.await.unwrap();
+        assert_eq!(started.elapsed(), FLUSH_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_that_ages_is_shut_down_gracefully() {
+        let mut setup = setup();
+        tokio::task::yield_now().await;
+        let _ = setup.age.take().unwrap().send(());
+        tokio::task::yield_now().await;
+        assert!(
+            setup.graceful.load(Ordering::Acquire),
+            "told (a GOAWAY), not dropped"
+        );
+        assert_eq!(setup.busy.going(), Some(Going::Aged));
+        assert!(!setup.driven.is_finished());
+        close(&setup); // the peer saw it and closed
+        setup.driven.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aged_connection_whose_peer_stays_closes_after_the_flush_grace() {
+        let mut setup = setup();
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        let _ = setup.age.take().unwrap().send(());
+        setup.driven.await.unwrap();
+        assert!(setup.graceful.load(Ordering::Acquire));
         assert_eq!(started.elapsed(), FLUSH_GRACE);
     }
 

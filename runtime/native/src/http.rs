@@ -420,10 +420,12 @@ pub fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
+            let aged = std::future::pending(); // the HTTP port's connections do not age
             drive(
                 connection,
                 Connection::graceful_shutdown,
                 place,
+                aged,
                 busy,
                 stopping,
             )

@@ -9,6 +9,7 @@ pub mod codings;
 pub mod driven;
 pub mod fair_share;
 pub mod grpc_plain;
+pub mod grpc_port;
 pub mod grpc_timeout;
 pub mod handshake;
 pub mod http;

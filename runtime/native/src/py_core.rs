@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
 use crate::budget::CallLimits;
+use crate::grpc_port::serve;
 use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
@@ -19,7 +20,7 @@ use crate::py_request::{parameter, request_view, InferRequestView};
 use crate::py_serving::{lock, positive_seconds, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
-use crate::service::{serve, Core, Reply, Work, MODEL_INFER};
+use crate::service::{Core, Reply, Work, MODEL_INFER};
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
@@ -31,11 +32,12 @@ pub struct GrpcCore {
 #[pymethods]
 impl GrpcCore {
     /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
-    /// `keepalive_time`, `keepalive_timeout` and `send_timeout` in seconds, `max_concurrent_streams` per
-    /// connection and `max_connections` (see `handshake::ConnectionLimits`); `max_incomplete_calls` and `max_open_streams` across all connections (see
-    /// `budget::CallLimits`). The defaults are the runtime's settings' alone.
+    /// `keepalive_time`, `keepalive_timeout`, `send_timeout` and `max_connection_age` (0: none) in seconds,
+    /// `max_concurrent_streams` per connection and `max_connections` (see `handshake::ConnectionLimits`);
+    /// `max_incomplete_calls` and `max_open_streams` across all connections (see `budget::CallLimits`). The
+    /// defaults are the runtime's settings' alone.
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout, max_connection_age))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_message_bytes: usize,
@@ -49,6 +51,7 @@ impl GrpcCore {
         max_incomplete_calls: usize,
         max_open_streams: usize,
         send_timeout: f64,
+        max_connection_age: f64,
     ) -> PyResult<Self> {
         let limits = ConnectionLimits {
             handshake: positive_seconds("handshake_timeout", handshake_timeout)?,
@@ -57,6 +60,11 @@ impl GrpcCore {
             max_concurrent_streams,
             max_connections,
             send_timeout: positive_seconds("send_timeout", send_timeout)?,
+            // 0: never
+            max_age: match max_connection_age {
+                0.0 => None,
+                age => Some(positive_seconds("max_connection_age", age)?),
+            },
         };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()

@@ -6,12 +6,9 @@
 //! [`WakeQueue`] for the Python data plane, which answers through the call's [`Reply`].
 
 use std::convert::Infallible;
-use std::net::TcpListener;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
-use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio::sync::oneshot;
 use tonic::body::Body;
@@ -20,24 +17,17 @@ use tonic::codec::{
 };
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::service::Routes;
 use tonic::transport::server::TcpConnectInfo;
 use tonic::{Response, Status};
 
 use crate::budget::{CallBudget, CallLimits, WaitingCall};
 use crate::busy::Busy;
-use crate::driven::{accept, drive};
-use crate::fair_share::FairShare;
-use crate::grpc_timeout;
-use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
-use crate::placed::{Placed, PlacedInfo};
+use crate::placed::PlacedInfo;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
-use crate::running::Running;
-use crate::send_bound::SendBound;
 use crate::stream::{Frame, StreamHandler, StreamIds, StreamLink};
 
 pub const INFERENCE: &str = "inference.GRPCInferenceService";
@@ -50,6 +40,9 @@ pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
 pub const GAVE_WAY: &str =
     "this connection gave way to one from another address (the port's connections are all \
 taken); open a new connection";
+/// How a stream on a connection that reached the port's maximum age ends, as [`GAVE_WAY`] does.
+pub const AGED: &str = "this connection reached the server's maximum connection age \
+(--grpc-max-connection-age-secs); open a new connection";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[
@@ -362,106 +355,6 @@ macro_rules! named_service {
 
 named_service!(InferenceService, INFERENCE);
 named_service!(HealthService, HEALTH);
-
-/// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`, its
-/// connections within `limits`: each driven by its own task (crate::driven), so that one that gives way says so
-/// with a GOAWAY.
-pub fn serve(
-    runtime: &tokio::runtime::Runtime,
-    core: Arc<Core>,
-    listener: TcpListener,
-    limits: ConnectionLimits,
-) -> std::io::Result<Running<()>> {
-    let _entered = runtime.enter();
-    listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    let (shutdown, signal) = oneshot::channel::<()>();
-    let places = FairShare::new(limits.max_connections);
-    let routes = Routes::new(InferenceService(core.clone())).add_service(HealthService(core));
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(limits.keepalive_time))
-        .keep_alive_timeout(limits.keepalive_timeout)
-        .max_concurrent_streams(limits.max_concurrent_streams);
-    let done = runtime.spawn(accept(
-        listener,
-        places,
-        signal,
-        move |tcp, place, stopping| {
-            let inner = TcpConnectInfo {
-                local_addr: tcp.local_addr().ok(),
-                remote_addr: tcp.peer_addr().ok(),
-            };
-            let io = Placed::new(
-                SendBound::new(tcp, limits.send_timeout),
-                place.hearing(),
-                limits.send_timeout,
-            );
-            let busy = Busy::default();
-            let info = PlacedInfo {
-                inner,
-                busy: busy.clone(),
-                outgoing: io.outgoing().clone(),
-            };
-            let io = Deadlined::new(io, limits.handshake);
-            let service = Connection {
-                routes: routes.clone(),
-                info,
-            };
-            let connection = builder.serve_connection(TokioIo::new(io), service);
-            drive(
-                connection,
-                http2::Connection::graceful_shutdown,
-                place,
-                busy,
-                stopping,
-            )
-        },
-    ));
-    Ok(Running::new(shutdown, done))
-}
-
-/// The calls of one connection: each told where it came from (its [`PlacedInfo`]), then routed to its service;
-/// refused with REFUSED_STREAM once the connection gave way (GOAWAY sent, or on its way: the client has not
-/// started it, so a gRPC client retries it on a new connection).
-#[derive(Clone)]
-struct Connection {
-    routes: Routes,
-    info: PlacedInfo<TcpConnectInfo>,
-}
-
-impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Connection {
-    type Response = http::Response<Body>;
-    type Error = h2::Error;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn call(&self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
-        if self.info.busy.leaving() {
-            return Box::pin(std::future::ready(Err(h2::Reason::REFUSED_STREAM.into())));
-        }
-        let deadline = request
-            .headers()
-            .get(grpc_timeout::HEADER)
-            .and_then(|value| grpc_timeout::parse(value.as_bytes()));
-        let mut request = request.map(Body::new);
-        request.extensions_mut().insert(self.info.clone());
-        let answered = self.routes.clone().call(request);
-        Box::pin(async move {
-            let answered = match deadline {
-                Some(within) => match tokio::time::timeout(within, answered).await {
-                    Ok(answered) => answered,
-                    Err(_) => return Ok(Status::deadline_exceeded("Deadline Exceeded").into_http()),
-                },
-                None => answered.await,
-            };
-            match answered {
-                Ok(response) => Ok(response),
-                Err(never) => match never {},
-            }
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,86 @@
+"""`--grpc-max-connection-age-secs`: a gRPC connection about that old (+-10%) goes with a GOAWAY, so its client
+opens a new one for its next calls (which a Kubernetes Service may send to a replica added since; without it a
+client's one connection stays on the replica it first reached) while the calls on the old one are answered. Both
+front ends (grpc core's option on grpcio's); a client calling throughout loses no call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from tests.support import raw_grpc
+from tests.support.grpc_port import FRONTENDS, MODEL_STREAM_INFER, native_only, serving
+from tests.support.runtime_process import RuntimeProcess
+from tests.support.sockets import LOADED, wait_closed
+
+AGE_SECS = 1
+SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
+
+
+@pytest.fixture(scope="module", params=FRONTENDS)
+def aging(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
+    with serving(repository, request.param, [f"--grpc-max-connection-age-secs={AGE_SECS}"]) as proc:
+        yield proc
+
+
+def _add_sub() -> pb.ModelInferRequest:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(a.tobytes())
+    return request
+
+
+def test_a_connection_goes_at_its_age_with_a_goaway(aging: RuntimeProcess) -> None:
+    live = [raw_grpc.frame(pb.ServerLiveRequest().SerializeToString())]
+    with raw_grpc.RawConnection(aging.grpc_url, LOADED) as connection:
+        opened = time.monotonic()
+        assert connection.call(SERVER_LIVE, live).status == 0
+        _, code = connection.goaway(LOADED)
+        assert code == 0  # NO_ERROR: not a failure, a request to go
+        assert time.monotonic() - opened >= 0.9 * AGE_SECS
+
+
+def test_an_aged_connection_closes_once_told(aging: RuntimeProcess) -> None:
+    """Native: the GOAWAY's PING left unanswered, the connection closes within the flush grace (5 s)."""
+    native_only(aging)
+    with raw_grpc.RawConnection(aging.grpc_url, LOADED) as connection:
+        connection.goaway(LOADED)
+        wait_closed(connection.sock, LOADED)
+
+
+def test_a_client_calling_throughout_loses_no_call(aging: RuntimeProcess) -> None:
+    """A grpcio channel calling for several ages: each GOAWAY sends its next calls to a new connection; a call it
+    sent before reading one is refused unprocessed and sent again, so every call is answered."""
+    expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
+    with grpc.insecure_channel(aging.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = 0
+        until = time.monotonic() + 3.5 * AGE_SECS
+        while time.monotonic() < until:
+            answer = stub.ModelInfer(_add_sub(), timeout=LOADED)
+            assert answer.raw_output_contents[0] == expected
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=LOADED).live
+            calls += 1
+        assert calls > 10
+
+
+def test_a_stream_open_at_its_age_ends_unavailable_saying_why(aging: RuntimeProcess) -> None:
+    """Native: a ModelStreamInfer on an aged connection reads no further request and, once what it read is
+    answered, ends UNAVAILABLE, naming the flag."""
+    native_only(aging)
+    with raw_grpc.RawConnection(aging.grpc_url, LOADED) as connection:
+        stream = connection.open_call(MODEL_STREAM_INFER)
+        connection.more(stream, [raw_grpc.frame(_add_sub().SerializeToString())])
+        ended = connection.ended(1, LOADED)
+        assert list(ended) == [stream], ended
+        assert ended[stream].status == grpc.StatusCode.UNAVAILABLE.value[0], ended
+        assert "--grpc-max-connection-age-secs" in ended[stream].message
