@@ -8,9 +8,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// How long the answer of a connection that gave way may take to leave once it is ready.
 pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a connection that goes still takes new calls: those its client sent before it read the GOAWAY. A client
+/// that read it acknowledges the GOAWAY's PING, and hyper's second GOAWAY then names the last call taken; the
+/// client sends those after it again on a new connection (grpc core retries only those, not a call refused with
+/// REFUSED_STREAM). Bounded, so that a client that never acknowledges cannot keep the connection with new calls.
+pub const LATE_CALLS: Duration = FLUSH_GRACE;
 
 #[derive(Default)]
 struct State {
@@ -18,6 +25,7 @@ struct State {
     idle: Notify,
     leaving: Flag,
     going: OnceLock<Going>,
+    left_at: OnceLock<Instant>,
 }
 
 /// Why a connection goes before its peer or the port ends it.
@@ -79,11 +87,20 @@ impl Busy {
         self.0.answering.load(Ordering::Acquire) > 0
     }
 
-    /// The connection goes (gave way, or aged): it takes no new request (gRPC refuses one REFUSED_STREAM,
-    /// crate::grpc_port). The first reason given stays.
+    /// The connection goes (gave way, or aged): its streams read no new request, and after LATE_CALLS it takes no
+    /// new call (gRPC refuses one REFUSED_STREAM, crate::grpc_port). The first reason given stays.
     pub fn leave(&self, going: Going) {
+        let _ = self.0.left_at.set(Instant::now());
         let _ = self.0.going.set(going);
         self.0.leaving.raise();
+    }
+
+    /// Whether a call that arrives now is taken: until the connection goes, then for LATE_CALLS.
+    pub fn takes_calls(&self) -> bool {
+        self.0
+            .left_at
+            .get()
+            .is_none_or(|left| left.elapsed() < LATE_CALLS)
     }
 
     /// Why the connection goes, once it does.
@@ -220,6 +237,17 @@ mod tests {
         busy.leave(Going::Aged);
         busy.leave(Going::GaveWay);
         assert_eq!((busy.leaving(), busy.going()), (true, Some(Going::Aged)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_goes_takes_late_calls_for_a_while() {
+        let busy = Busy::default();
+        assert!(busy.takes_calls());
+        busy.leave(Going::GaveWay);
+        tokio::time::advance(LATE_CALLS - Duration::from_millis(1)).await;
+        assert!(busy.takes_calls());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!busy.takes_calls());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! both sharing their places (crate::fair_share). Told to give way, a connection with no request being answered is
 //! closed at once; one with a request being answered (a slow model) finishes it first, by hyper's graceful shutdown
 //! (HTTP/1.1: the answer says `Connection: close`; HTTP/2: a GOAWAY, so a gRPC client sends its next calls on a new
-//! connection, and its calls sent before the GOAWAY reached it are refused with REFUSED_STREAM, which it retries
-//! there), and is closed once the answer had `FLUSH_GRACE` to leave, so a client that stops reading its answer
+//! connection, and its calls sent before the GOAWAY reached it are served too, crate::grpc_port), and is closed
+//! once the answer had `FLUSH_GRACE` to leave, so a client that stops reading its answer
 //! cannot keep the place. Closing it abruptly, as the first version did, lost that answer: the connection waiting
 //! longest on the server had read nothing for longest, so it was the quietest.
 

@@ -87,9 +87,11 @@ pub fn serve(
     Ok(Running::new(shutdown, done))
 }
 
-/// The calls of one connection: each told where it came from (its [`PlacedInfo`]), then routed to its service;
-/// refused with REFUSED_STREAM once the connection goes (gave way or aged: its GOAWAY sent, or on its way; the call
-/// was not started, so a gRPC client sends it again on a new connection).
+/// The calls of one connection: each told where it came from (its [`PlacedInfo`]), then routed to its service.
+/// Once the connection goes (gave way or aged) its GOAWAY is sent, but calls the client sent before it read it still
+/// arrive: they are served (crate::busy::LATE_CALLS), as grpc core's server serves them, because grpc core's client
+/// sends again only a call the server's second GOAWAY left out, not one refused with REFUSED_STREAM. Past
+/// LATE_CALLS a client that never acknowledged the GOAWAY has its new calls refused with REFUSED_STREAM.
 #[derive(Clone)]
 struct Connection {
     routes: Routes,
@@ -102,7 +104,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Connectio
     type Future = BoxFuture<Self::Response, Self::Error>;
 
     fn call(&self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
-        if self.info.busy.leaving() {
+        if !self.info.busy.takes_calls() {
             return Box::pin(std::future::ready(Err(h2::Reason::REFUSED_STREAM.into())));
         }
         let deadline = request
