@@ -1,10 +1,10 @@
 //! The HTTP/1.1 port on hyper. The KServe v2 infer endpoint (`POST /v2/models/{m}[/versions/{v}]/infer`) is
-//! served here: the inference restriction checked on the headers, the body read within its limit (refused by
-//! its Content-Length before a byte is read), its JSON header read when the body has the common binary shape
-//! ([`crate::http_infer`]), then handed to the Python data plane through the [`WakeQueue`],
-//! which answers with a finished body. Every other request, and an infer request this core leaves alone
-//! (compressed, a percent-encoded name, a query string), is forwarded as it came to the Python (aiohttp) app on
-//! a private Unix socket, and its answer streamed back: one set of routes and messages for both paths.
+//! served here: the inference restriction checked on the headers, the body read within its limit
+//! ([`crate::http_body`]), its JSON header read when the body has the common binary shape ([`crate::http_infer`]),
+//! then handed to the Python data plane through the [`WakeQueue`], which answers with a finished body. Every other
+//! request, and an infer request this core leaves alone (compressed, a percent-encoded name, a query string), is
+//! forwarded as it came to the Python (aiohttp) app on a private Unix socket, and its answer streamed back: one set
+//! of routes and messages for both paths.
 
 use std::convert::Infallible;
 use std::net::TcpListener;
@@ -13,12 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_TYPE,
-};
+use hyper::header::{HeaderValue, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::server::conn::http1::Connection;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -26,6 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::driven::{accept, drive, Busy};
 use crate::fair_share::FairShare;
+use crate::http_body::{read_body, refuse, unread, Limit, Limits};
 use crate::http_coding::{answer_coding, compressed_body, encoded};
 use crate::http_infer::{binary_request, BinaryRequest};
 use crate::http_pace::{too_slow, Paced};
@@ -40,17 +38,8 @@ use crate::send_bound::SendBound;
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 pub const JSON_CONTENT: &str = "application/json";
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a refused body is read (and dropped) before the answer; aiohttp lingers as long.
-const LINGER: Duration = Duration::from_secs(10);
 
 pub type Body = Either<Full<Bytes>, Incoming>;
-
-/// A body's limit and the finished 413 body that refuses it.
-#[derive(Clone, Debug)]
-pub struct Limit {
-    pub size: usize,
-    pub refusal: Bytes,
-}
 
 /// The inference category's restriction (`--http-restricted-api`), with its finished 403 body.
 #[derive(Clone, Debug)]
@@ -132,26 +121,7 @@ pub fn infer_target(method: &Method, path: &str, query: Option<&str>) -> Option<
     plain(model).then(|| (model.to_string(), version.to_string()))
 }
 
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// The JSON header's declared length when it is a plain number (else the Python side explains what is wrong).
-fn header_length_number(value: &str) -> Option<u64> {
-    let v = value.trim();
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(v.parse().unwrap_or(u64::MAX))
-}
-
-fn respond(status: StatusCode, content_type: &str, body: Bytes, close: bool) -> Response<Body> {
+pub fn respond(status: StatusCode, content_type: &str, body: Bytes, close: bool) -> Response<Body> {
     let mut response = Response::new(Either::Left(Full::new(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -172,61 +142,6 @@ pub fn error_body(message: &str) -> Bytes {
     ascii_string(&mut out, message);
     out.push('}');
     Bytes::from(out)
-}
-
-/// What reading a body within its limit came to.
-enum Read {
-    Whole(Bytes),
-    /// Past the limit: the rest is unread.
-    TooLarge(Paced<Incoming>),
-    Failed(Box<dyn std::error::Error + Send + Sync>),
-}
-
-async fn read_within(mut body: Paced<Incoming>, limit: usize) -> Read {
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => {
-                if let Ok(data) = frame.into_data() {
-                    total += data.len();
-                    if total > limit {
-                        return Read::TooLarge(body);
-                    }
-                    chunks.push(data);
-                }
-            }
-            Err(err) => return Read::Failed(err),
-        }
-    }
-    if chunks.len() == 1 {
-        return Read::Whole(chunks.pop().unwrap_or_default());
-    }
-    let mut whole = Vec::with_capacity(total);
-    chunks.iter().for_each(|c| whole.extend_from_slice(c));
-    Read::Whole(Bytes::from(whole))
-}
-
-/// A refusal that leaves the body unread: the body is read and dropped first (for up to [`LINGER`]; a client
-/// that waits for `100 Continue` never sends it), so a client still writing it reads the answer instead of a
-/// reset connection, which is then closed.
-async fn refuse<B: hyper::body::Body + Unpin>(
-    headers: &HeaderMap,
-    body: B,
-    status: StatusCode,
-    refusal: Bytes,
-) -> Response<Body> {
-    let expects_continue = headers
-        .get(hyper::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if !expects_continue {
-        let mut body = body;
-        let _ = tokio::time::timeout(LINGER, async {
-            while let Some(Ok(_)) = body.frame().await {}
-        })
-        .await;
-    }
-    respond(status, JSON_CONTENT, refusal, true)
 }
 
 async fn infer(
@@ -263,36 +178,14 @@ async fn infer(
         .headers
         .get(HEADER_LENGTH)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let too_large = |body, limit: &Limit| {
-        refuse(
-            &parts.headers,
-            body,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            limit.refusal.clone(),
-        )
+    let limits = Limits {
+        body: &config.body,
+        json: &config.json,
+        grace: config.body_grace,
     };
-    let limit = match header_length.as_deref() {
-        None => &config.json, // all JSON
-        Some(value) if header_length_number(value).is_some_and(|n| n > config.json.size as u64) => {
-            return too_large(body, &config.json).await; // a JSON header longer than JSON may be
-        }
-        Some(_) => &config.body,
-    };
-    if declared_length(&parts.headers).is_some_and(|n| n > limit.size as u64) {
-        return too_large(body, limit).await;
-    }
-    let body = match read_within(Paced::new(body, config.body_grace), limit.size).await {
-        Read::Whole(bytes) => bytes,
-        Read::TooLarge(rest) => {
-            return refuse(
-                &parts.headers,
-                rest,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                limit.refusal.clone(),
-            )
-            .await
-        }
-        Read::Failed(err) => return unread(err.as_ref()),
+    let body = match read_body(&parts.headers, header_length.as_deref(), body, limits).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     let (reply, answer) = oneshot::channel();
     let binary = binary_request(header_length.as_deref(), &body);
@@ -331,18 +224,6 @@ async fn infer(
             true,
         ),
     }
-}
-
-/// The answer to a request whose body could not be read: 408 when it did not come in time, else 400.
-fn unread(err: &(dyn std::error::Error + 'static)) -> Response<Body> {
-    let (status, message) = match too_slow(err) {
-        Some(slow) => (StatusCode::REQUEST_TIMEOUT, slow.to_string()),
-        None => (
-            StatusCode::BAD_REQUEST,
-            format!("the request body could not be read: {err}"),
-        ),
-    };
-    respond(status, JSON_CONTENT, error_body(&message), true)
 }
 
 async fn forward(config: &HttpConfig, request: Request<Incoming>) -> Response<Body> {
@@ -480,17 +361,6 @@ mod tests {
         assert_eq!(infer_target(&post, "/v2/models/a/infer/", None), None);
         assert_eq!(infer_target(&post, "/v2/models/a/ready", None), None);
         assert_eq!(infer_target(&post, "/v2/models/{a}/infer", None), None);
-    }
-
-    #[test]
-    fn header_lengths_that_are_numbers() {
-        assert_eq!(header_length_number(" 12 "), Some(12));
-        assert_eq!(
-            header_length_number("99999999999999999999999"),
-            Some(u64::MAX)
-        );
-        assert_eq!(header_length_number("-1"), None);
-        assert_eq!(header_length_number(""), None);
     }
 
     #[test]

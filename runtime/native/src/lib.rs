@@ -13,6 +13,7 @@ pub mod grpc_port;
 pub mod grpc_timeout;
 pub mod handshake;
 pub mod http;
+pub mod http_body;
 pub mod http_coding;
 pub mod http_infer;
 pub mod http_pace;

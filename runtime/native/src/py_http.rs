@@ -10,7 +10,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Limit, Restriction};
+use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Restriction};
+use crate::http_body::Limit;
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
 use crate::py_buffers::Contiguous;
