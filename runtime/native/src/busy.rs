@@ -3,7 +3,7 @@
 //! one ([`StreamRequests`]): from when the core reads each until Python says its last response was handed to the
 //! stream.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ pub const LATE_CALLS: Duration = FLUSH_GRACE;
 #[derive(Default)]
 struct State {
     answering: AtomicUsize,
+    /// Requests ever entered: whether one came meanwhile.
+    entered: AtomicU64,
     idle: Notify,
     leaving: Flag,
     going: OnceLock<Going>,
@@ -79,6 +81,7 @@ pub struct Answering(Busy);
 
 impl Busy {
     pub fn enter(&self) -> Answering {
+        self.0.entered.fetch_add(1, Ordering::AcqRel);
         self.0.answering.fetch_add(1, Ordering::AcqRel);
         Answering(self.clone())
     }
@@ -117,10 +120,17 @@ impl Busy {
         self.0.leaving.is_set()
     }
 
-    /// Once no request is being answered and the last answer had FLUSH_GRACE to leave.
+    /// Once no request is being answered and the last answer had FLUSH_GRACE to leave (a late call taken
+    /// meanwhile, LATE_CALLS, is answered and its answer given at least as long; at most twice).
     pub async fn flushed(&self) {
-        self.idle().await;
-        tokio::time::sleep(FLUSH_GRACE).await;
+        loop {
+            self.idle().await;
+            let entered = self.0.entered.load(Ordering::Acquire);
+            tokio::time::sleep(FLUSH_GRACE).await;
+            if self.0.entered.load(Ordering::Acquire) == entered && !self.any() {
+                return;
+            }
+        }
     }
 
     /// Once no request is being answered.
@@ -248,6 +258,34 @@ mod tests {
         assert!(busy.takes_calls());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(!busy.takes_calls());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_taken_while_the_last_answer_leaves_has_its_answer_leave_too() {
+        let busy = Busy::default();
+        let started = Instant::now();
+        let flushed = tokio::spawn({
+            let busy = busy.clone();
+            async move { busy.flushed().await }
+        });
+        tokio::task::yield_now().await; // its grace begins
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let late = busy.enter();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(late);
+        flushed.await.unwrap();
+        // the late call's answer (at 4 s) had its grace; not forever: at most one grace more
+        let answered = Duration::from_secs(4);
+        assert!(
+            started.elapsed() >= answered + FLUSH_GRACE,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() <= answered + 2 * FLUSH_GRACE,
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
