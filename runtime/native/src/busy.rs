@@ -22,21 +22,14 @@ pub const LATE_CALLS: Duration = FLUSH_GRACE;
 #[derive(Default)]
 struct State {
     answering: AtomicUsize,
-    /// Requests ever entered: whether one came meanwhile.
+    /// Streams open on the connection (crate::stream: as long as their responses).
+    streams: AtomicUsize,
+    /// Requests and streams ever entered: whether one came meanwhile.
     entered: AtomicU64,
+    /// Notified when the last request being answered, or the last stream, ends.
     idle: Notify,
     leaving: Flag,
-    going: OnceLock<Going>,
     left_at: OnceLock<Instant>,
-}
-
-/// Why a connection goes before its peer or the port ends it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Going {
-    /// Its place went to a newcomer from another address (crate::fair_share).
-    GaveWay,
-    /// It reached the port's maximum connection age (crate::grpc_port).
-    Aged,
 }
 
 /// Something that happens once (a connection or a stream told to give way), and can be waited for.
@@ -90,12 +83,17 @@ impl Busy {
         self.0.answering.load(Ordering::Acquire) > 0
     }
 
-    /// The connection goes (gave way, or aged): its streams read no new request, and after LATE_CALLS it takes no
-    /// new call (gRPC refuses one REFUSED_STREAM, crate::grpc_port). The first reason given stays.
-    pub fn leave(&self, going: Going) {
+    /// The connection gave way: its streams read no new request (they end once what they read is answered), and
+    /// after LATE_CALLS it takes no new call (gRPC refuses one REFUSED_STREAM, crate::grpc_port).
+    pub fn leave(&self) {
         let _ = self.0.left_at.set(Instant::now());
-        let _ = self.0.going.set(going);
         self.0.leaving.raise();
+    }
+
+    /// The connection reached the port's maximum age: after LATE_CALLS it takes no new call, as one that gave way;
+    /// its streams go on until their clients end them (grpc core's grace, unbounded).
+    pub fn age(&self) {
+        let _ = self.0.left_at.set(Instant::now());
     }
 
     /// Whether a call that arrives now is taken: until the connection goes, then for LATE_CALLS.
@@ -106,9 +104,11 @@ impl Busy {
             .is_none_or(|left| left.elapsed() < LATE_CALLS)
     }
 
-    /// Why the connection goes, once it does.
-    pub fn going(&self) -> Option<Going> {
-        self.0.going.get().copied()
+    /// A stream open on the connection, until dropped.
+    pub fn stream(&self) -> Holding {
+        self.0.entered.fetch_add(1, Ordering::AcqRel);
+        self.0.streams.fetch_add(1, Ordering::AcqRel);
+        Holding(self.clone())
     }
 
     /// Once the connection was told to go.
@@ -120,22 +120,22 @@ impl Busy {
         self.0.leaving.is_set()
     }
 
-    /// Once no request is being answered and the last answer had FLUSH_GRACE to leave (a late call taken
-    /// meanwhile, LATE_CALLS, is answered and its answer given at least as long; at most twice).
+    /// Once nothing holds the connection (no request being answered; no stream open, unless it gave way: its
+    /// streams end themselves) and the last answer had FLUSH_GRACE to leave (a late call taken meanwhile,
+    /// LATE_CALLS, is answered and its answer given at least as long; at most twice).
     pub async fn flushed(&self) {
         loop {
-            self.idle().await;
+            until(&self.0.idle, || self.quiet()).await;
             let entered = self.0.entered.load(Ordering::Acquire);
             tokio::time::sleep(FLUSH_GRACE).await;
-            if self.0.entered.load(Ordering::Acquire) == entered && !self.any() {
+            if self.0.entered.load(Ordering::Acquire) == entered && self.quiet() {
                 return;
             }
         }
     }
 
-    /// Once no request is being answered.
-    async fn idle(&self) {
-        until(&self.0.idle, || !self.any()).await;
+    fn quiet(&self) -> bool {
+        !self.any() && (self.0.streams.load(Ordering::Acquire) == 0 || self.leaving())
     }
 }
 
@@ -190,11 +190,6 @@ impl StreamRequests {
         self.0.settled.notify_waiters();
     }
 
-    /// Why its connection goes, once it does.
-    pub fn going(&self) -> Option<Going> {
-        self.0.busy.going()
-    }
-
     /// The stream gave way itself: it takes no new request.
     pub fn leave(&self) {
         self.0.leaving.raise();
@@ -220,6 +215,18 @@ impl StreamRequests {
     }
 }
 
+/// A stream holding its connection open, until dropped.
+pub struct Holding(Busy);
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let state = &(self.0).0;
+        if state.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
+            state.idle.notify_waiters();
+        }
+    }
+}
+
 impl Drop for Answering {
     fn drop(&mut self) {
         let state = &(self.0).0;
@@ -240,20 +247,31 @@ mod tests {
         matches!(future.as_mut().poll(&mut cx), Poll::Ready(_))
     }
 
-    #[test]
-    fn a_connection_goes_for_its_first_reason() {
-        let busy = Busy::default();
-        assert_eq!((busy.leaving(), busy.going()), (false, None));
-        busy.leave(Going::Aged);
-        busy.leave(Going::GaveWay);
-        assert_eq!((busy.leaving(), busy.going()), (true, Some(Going::Aged)));
+    #[tokio::test(start_paused = true)]
+    async fn an_aged_connection_is_held_by_its_streams_one_that_gave_way_is_not() {
+        let (aged, gave_way) = (Busy::default(), Busy::default());
+        let (stream, other) = (aged.stream(), gave_way.stream());
+        aged.age();
+        gave_way.leave();
+        assert!(!aged.leaving() && gave_way.leaving()); // only the one that gave way tells its streams
+        let mut aged_flushed = Box::pin(aged.flushed());
+        let started = Instant::now();
+        gave_way.flushed().await;
+        assert_eq!(started.elapsed(), FLUSH_GRACE); // its stream ends itself: not waited for
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(!ready(&mut aged_flushed)); // its stream goes on
+        drop(stream);
+        let ended = Instant::now();
+        aged_flushed.await;
+        assert_eq!(ended.elapsed(), FLUSH_GRACE);
+        drop(other);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_goes_takes_late_calls_for_a_while() {
         let busy = Busy::default();
         assert!(busy.takes_calls());
-        busy.leave(Going::GaveWay);
+        busy.leave();
         tokio::time::advance(LATE_CALLS - Duration::from_millis(1)).await;
         assert!(busy.takes_calls());
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -298,7 +316,7 @@ mod tests {
         let mut gave_way = Box::pin(requests.gave_way());
         requests.answered();
         assert!(!ready(&mut gave_way)); // not told to give way yet
-        busy.leave(Going::GaveWay);
+        busy.leave();
         assert!(!ready(&mut gave_way)); // one request still being answered
         requests.answered();
         assert!(ready(&mut gave_way));
@@ -315,7 +333,7 @@ mod tests {
         ended.taken();
         let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
         assert!(!ready(&mut quiet_gone) && !ready(&mut left));
-        busy.leave(Going::GaveWay);
+        busy.leave();
         assert!(ready(&mut quiet_gone) && ready(&mut left));
         assert!(busy.any());
         ended.clear();

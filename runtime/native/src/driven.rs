@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use crate::busy::{Busy, Going, FLUSH_GRACE};
+pub use crate::busy::{Busy, FLUSH_GRACE};
 use crate::fair_share::{FairShare, Place};
 
 /// Accepts connections on `listener` until `signal`, each one `places` admits handed to `open` with its place and
@@ -58,11 +58,21 @@ pub async fn accept<F, T>(
     let _ = ended.recv().await;
 }
 
+/// Why a connection goes before its peer or the port ends it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Going {
+    /// Its place went to a newcomer from another address (crate::fair_share).
+    GaveWay,
+    /// It reached the port's maximum connection age (crate::grpc_port).
+    Aged,
+}
+
 /// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
 /// graceful shutdown waits), its place gives way (above) or `aged` is ready (the port's maximum connection age:
-/// `graceful` whether or not a call is being answered, so the peer learns of it before the connection closes, then
-/// as for a connection that gave way). `busy` is told why it goes, so that the connection's calls go too
-/// (crate::busy). `graceful` begins the connection's graceful shutdown.
+/// `graceful` whether or not a call is being answered, so the peer learns of it before the connection closes; its
+/// calls are answered and its streams go on until their clients end them, as under grpc core, and it closes once
+/// nothing holds it). `busy` is told why it goes (crate::busy). `graceful` begins the connection's graceful
+/// shutdown.
 pub async fn drive<C: Future>(
     connection: C,
     graceful: fn(Pin<&mut C>),
@@ -78,14 +88,19 @@ pub async fn drive<C: Future>(
         _ = aged => Some(Going::Aged),
         _ = stop.wait_for(|stopping| *stopping) => None,
     };
-    let Some(going) = going else {
-        graceful(connection.as_mut());
-        connection.await;
-        return;
-    };
-    busy.leave(going);
-    if going == Going::GaveWay && !busy.any() {
-        return; // dropped: closed
+    match going {
+        None => {
+            graceful(connection.as_mut());
+            connection.await;
+            return;
+        }
+        Some(Going::GaveWay) => {
+            busy.leave();
+            if !busy.any() {
+                return; // dropped: closed
+            }
+        }
+        Some(Going::Aged) => busy.age(),
     }
     graceful(connection.as_mut());
     tokio::select! {
@@ -242,7 +257,7 @@ mod tests {
             setup.graceful.load(Ordering::Acquire),
             "told (a GOAWAY), not dropped"
         );
-        assert_eq!(setup.busy.going(), Some(Going::Aged));
+        assert!(!setup.busy.leaving(), "its streams go on");
         assert!(!setup.driven.is_finished());
         close(&setup); // the peer saw it and closed
         setup.driven.await.unwrap();

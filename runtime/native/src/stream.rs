@@ -26,9 +26,9 @@ use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::OpenStream;
-use crate::busy::{Busy, Going, StreamRequests};
+use crate::busy::{Busy, Holding, StreamRequests};
 use crate::fair_share::Heard;
-use crate::service::{as_grpcio_answers, Core, Work, AGED, GAVE_WAY, MODEL_STREAM_INFER};
+use crate::service::{as_grpcio_answers, Core, Work, GAVE_WAY, MODEL_STREAM_INFER};
 
 type Ending = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -127,6 +127,8 @@ pub struct Responses {
     requests: Option<StreamRequests>,
     /// Told to give way to a stream from another address: the status it ends with once `ending` is ready.
     gave_way: Option<Status>,
+    /// Holds its connection open while its responses go on (crate::busy).
+    _held: Option<Holding>,
 }
 
 impl Stream for Responses {
@@ -167,13 +169,10 @@ impl Stream for Responses {
                 self.ending = None;
                 self.end = None;
                 self.messages.close();
-                let going = self.requests.as_ref().and_then(StreamRequests::going);
-                let status = self.gave_way.take().unwrap_or_else(|| {
-                    Status::unavailable(match going {
-                        Some(Going::Aged) => AGED,
-                        _ => GAVE_WAY,
-                    })
-                });
+                let status = self
+                    .gave_way
+                    .take()
+                    .unwrap_or_else(|| Status::unavailable(GAVE_WAY));
                 return Poll::Ready(Some(Err(status)));
             }
             Poll::Ready(None) => {}
@@ -213,6 +212,7 @@ impl StreamingService<Bytes> for StreamHandler {
             let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
             let counted = path == MODEL_STREAM_INFER;
+            let held = busy.as_ref().map(Busy::stream);
             let requests = busy.map(|busy| StreamRequests::new(busy, counted));
             let ending = requests
                 .clone()
@@ -246,6 +246,7 @@ impl StreamingService<Bytes> for StreamHandler {
                 ending,
                 requests,
                 gave_way: None,
+                _held: held,
             }))
         })
     }

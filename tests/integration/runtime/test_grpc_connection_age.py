@@ -5,6 +5,7 @@ front ends (grpc core's option on grpcio's); a client calling throughout loses n
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.support import raw_grpc
-from tests.support.grpc_port import FRONTENDS, MODEL_STREAM_INFER, native_only, serving
+from tests.support.grpc_port import FRONTENDS, native_only, serving
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED, wait_closed
 
@@ -92,14 +93,27 @@ def test_a_client_calling_throughout_loses_no_call(aging: RuntimeProcess) -> Non
         assert all(caller.result() > 10 for caller in callers)
 
 
-def test_a_stream_open_at_its_age_ends_unavailable_saying_why(aging: RuntimeProcess) -> None:
-    """Native: a ModelStreamInfer on an aged connection reads no further request and, once what it read is
-    answered, ends UNAVAILABLE, naming the flag."""
-    native_only(aging)
-    with raw_grpc.RawConnection(aging.grpc_url, LOADED) as connection:
-        stream = connection.open_call(MODEL_STREAM_INFER)
-        connection.more(stream, [raw_grpc.frame(_add_sub().SerializeToString())])
-        ended = connection.ended(1, LOADED)
-        assert list(ended) == [stream], ended
-        assert ended[stream].status == grpc.StatusCode.UNAVAILABLE.value[0], ended
-        assert "--grpc-max-connection-age-secs" in ended[stream].message
+def test_a_stream_open_at_its_age_goes_on(aging: RuntimeProcess) -> None:
+    """A ModelStreamInfer open when its connection ages goes on until its client ends it, as under grpc core (its
+    grace unbounded): answered after the GOAWAY, so a sequence over a stream is not cut off, while the channel's
+    new calls go to a new connection. Before, the native front end ended it UNAVAILABLE once what it had read was
+    answered."""
+    expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
+    requests: queue.Queue[pb.ModelInferRequest | None] = queue.Queue()
+
+    def feed() -> Iterator[pb.ModelInferRequest]:
+        while (request := requests.get()) is not None:
+            yield request
+
+    with grpc.insecure_channel(aging.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = stub.ModelStreamInfer(feed(), timeout=LOADED)
+        for _ in range(2):
+            requests.put(_add_sub())
+            answer = next(responses)
+            assert not answer.error_message, answer.error_message
+            assert answer.infer_response.raw_output_contents[0] == expected
+            time.sleep(2.5 * AGE_SECS)  # the connection ages meanwhile
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=LOADED).live
+        requests.put(None)
+        assert list(responses) == []  # ended by its client, OK
