@@ -207,8 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-max-connection-age-secs", type=_non_negative,
                    help="a gRPC connection about this old (+-10%%) goes: a GOAWAY, so the client opens a new one "
                         "(which a Kubernetes Service may send to a replica added since) and sends its next calls "
-                        "there, while the calls on the old one are answered; its streams end UNAVAILABLE once what "
-                        "they read is answered (grpc core's max connection age; both front ends); default 0, never")
+                        "there, while the calls on the old one are answered and its streams go on until their clients "
+                        "end them (grpc core's max connection age, its grace unbounded; both front ends); default 0, "
+                        "never")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "

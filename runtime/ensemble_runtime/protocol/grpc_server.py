@@ -240,7 +240,7 @@ def build_grpc_server(
 
 def _max_age(secs: int) -> list[tuple[str, int]]:
     """grpc core's options for a maximum connection age (none for 0): the calls of a connection that reached it
-    have as long as they need, as on the native front end."""
+    and its streams have as long as they need, as on the native front end."""
     if not secs:
         return []
     return [("grpc.max_connection_age_ms", secs * 1000), ("grpc.max_connection_age_grace_ms", 2**31 - 1)]

@@ -1,7 +1,7 @@
 """`--grpc-max-connection-age-secs`: a gRPC connection about that old (+-10%) goes with a GOAWAY, so its client
 opens a new one for its next calls (which a Kubernetes Service may send to a replica added since; without it a
-client's one connection stays on the replica it first reached) while the calls on the old one are answered. Both
-front ends (grpc core's option on grpcio's); a client calling throughout loses no call."""
+client's one connection stays on the replica it first reached) while the calls on the old one are answered and its
+streams go on. Both front ends (grpc core's option on grpcio's); a client calling throughout loses no call."""
 
 from __future__ import annotations
 
