@@ -53,6 +53,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--grpc-max-open-streams",
     "--grpc-send-timeout-secs",
     "--grpc-max-connection-age-secs",
+    "--grpc-max-connection-age-grace-secs",
 )
 MAX_IMAGE_LENGTH = 512
 

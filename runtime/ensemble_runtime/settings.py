@@ -51,6 +51,8 @@ class GrpcConnections(BaseModel, frozen=True):
     send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS  # native front end
     # a connection this old (+-10%) goes: GOAWAY, its calls answered, so clients spread over new replicas; 0: never
     max_age_secs: int = Field(default=0, ge=0, lt=2**31)
+    # how long an aged connection's streams go on before they end UNAVAILABLE; 0: until their clients end them
+    max_age_grace_secs: int = Field(default=0, ge=0, lt=2**31)
 
 
 class RuntimeSettings(BaseModel):
@@ -83,6 +85,7 @@ class RuntimeSettings(BaseModel):
     grpc_max_open_streams: int = Field(default=GrpcConnections().max_open_streams, gt=0, lt=2**63)
     grpc_send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS
     grpc_max_connection_age_secs: int = Field(default=0, ge=0, lt=2**31)
+    grpc_max_connection_age_grace_secs: int = Field(default=0, ge=0, lt=2**31)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int = 1
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -124,7 +127,8 @@ class RuntimeSettings(BaseModel):
                                max_incomplete_calls=self.grpc_max_incomplete_calls,
                                max_open_streams=self.grpc_max_open_streams,
                                send_timeout_secs=self.grpc_send_timeout_secs,
-                               max_age_secs=self.grpc_max_connection_age_secs)
+                               max_age_secs=self.grpc_max_connection_age_secs,
+                               max_age_grace_secs=self.grpc_max_connection_age_grace_secs)
 
 
 def _bool(text: str) -> bool:
@@ -210,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "there, while the calls on the old one are answered and its streams go on until their clients "
                         "end them (grpc core's max connection age, its grace unbounded; both front ends); default 0, "
                         "never")
+    p.add_argument("--grpc-max-connection-age-grace-secs", type=_non_negative,
+                   help="how long the streams of a connection that reached --grpc-max-connection-age-secs go on: "
+                        "past it they end UNAVAILABLE once what they read is answered, so stream clients move to a "
+                        "new connection too (grpc core's max connection age grace; both front ends); default 0, "
+                        "until their clients end them")
     p.add_argument("--http-frontend", choices=[f.value for f in HttpFrontend],
                    help="what serves the HTTP port: the native core (default; Rust: serves the infer endpoint, "
                         "forwards every other route, and compressed requests, to the aiohttp app on a private "

@@ -228,7 +228,7 @@ def build_grpc_server(
             ("grpc.http2.ping_timeout_ms", connections.keepalive_timeout_ms),  # grpcio 1.85 waits on this one
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.max_allowed_incoming_connections", connections.max_connections),
-            *_max_age(connections.max_age_secs),
+            *_max_age(connections.max_age_secs, connections.max_age_grace_secs),
         ]
     )
     servicer = InferenceServicer(dataplane, repository, stream_limit)
@@ -238,9 +238,10 @@ def build_grpc_server(
     return server
 
 
-def _max_age(secs: int) -> list[tuple[str, int]]:
+def _max_age(secs: int, grace_secs: int) -> list[tuple[str, int]]:
     """grpc core's options for a maximum connection age (none for 0): the calls of a connection that reached it
-    and its streams have as long as they need, as on the native front end."""
+    have as long as they need, its streams `grace_secs` (0: as long as they need), as on the native front end."""
     if not secs:
         return []
-    return [("grpc.max_connection_age_ms", secs * 1000), ("grpc.max_connection_age_grace_ms", 2**31 - 1)]
+    return [("grpc.max_connection_age_ms", secs * 1000),
+            ("grpc.max_connection_age_grace_ms", grace_secs * 1000 if grace_secs else 2**31 - 1)]

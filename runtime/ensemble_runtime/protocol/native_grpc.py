@@ -54,7 +54,8 @@ def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]]
                     max_incomplete_calls=connections.max_incomplete_calls,
                     max_open_streams=connections.max_open_streams,
                     send_timeout=connections.send_timeout_secs,
-                    max_connection_age=connections.max_age_secs)
+                    max_connection_age=connections.max_age_secs,
+                    max_connection_age_grace=connections.max_age_grace_secs)
 
 
 class NativeGrpcServer:

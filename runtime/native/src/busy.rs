@@ -29,7 +29,17 @@ struct State {
     /// Notified when the last request being answered, or the last stream, ends.
     idle: Notify,
     leaving: Flag,
+    going: OnceLock<Going>,
     left_at: OnceLock<Instant>,
+}
+
+/// Why a connection's streams are told to end before their clients end them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Going {
+    /// Its place went to a newcomer from another address (crate::fair_share).
+    GaveWay,
+    /// It reached the port's maximum connection age, and its grace passed (crate::grpc_port).
+    Aged,
 }
 
 /// Something that happens once (a connection or a stream told to give way), and can be waited for.
@@ -83,15 +93,22 @@ impl Busy {
         self.0.answering.load(Ordering::Acquire) > 0
     }
 
-    /// The connection gave way: its streams read no new request (they end once what they read is answered), and
-    /// after LATE_CALLS it takes no new call (gRPC refuses one REFUSED_STREAM, crate::grpc_port).
-    pub fn leave(&self) {
+    /// The connection gave way, or aged and its grace passed: its streams read no new request (they end once what
+    /// they read is answered), and after LATE_CALLS it takes no new call (gRPC refuses one REFUSED_STREAM,
+    /// crate::grpc_port). The first reason given stays.
+    pub fn leave(&self, going: Going) {
         let _ = self.0.left_at.set(Instant::now());
+        let _ = self.0.going.set(going);
         self.0.leaving.raise();
     }
 
+    /// Why its streams were told to end, once they were.
+    pub fn going(&self) -> Option<Going> {
+        self.0.going.get().copied()
+    }
+
     /// The connection reached the port's maximum age: after LATE_CALLS it takes no new call, as one that gave way;
-    /// its streams go on until their clients end them (grpc core's grace, unbounded).
+    /// its streams go on until their clients end them, or its grace passes (crate::driven: then it leaves).
     pub fn age(&self) {
         let _ = self.0.left_at.set(Instant::now());
     }
@@ -190,6 +207,11 @@ impl StreamRequests {
         self.0.settled.notify_waiters();
     }
 
+    /// Why its connection's streams were told to end, once they were.
+    pub fn going(&self) -> Option<Going> {
+        self.0.busy.going()
+    }
+
     /// The stream gave way itself: it takes no new request.
     pub fn leave(&self) {
         self.0.leaving.raise();
@@ -252,7 +274,7 @@ mod tests {
         let (aged, gave_way) = (Busy::default(), Busy::default());
         let (stream, other) = (aged.stream(), gave_way.stream());
         aged.age();
-        gave_way.leave();
+        gave_way.leave(Going::GaveWay);
         assert!(!aged.leaving() && gave_way.leaving()); // only the one that gave way tells its streams
         let mut aged_flushed = Box::pin(aged.flushed());
         let started = Instant::now();
@@ -271,7 +293,7 @@ mod tests {
     async fn a_connection_that_goes_takes_late_calls_for_a_while() {
         let busy = Busy::default();
         assert!(busy.takes_calls());
-        busy.leave();
+        busy.leave(Going::GaveWay);
         tokio::time::advance(LATE_CALLS - Duration::from_millis(1)).await;
         assert!(busy.takes_calls());
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -316,7 +338,7 @@ mod tests {
         let mut gave_way = Box::pin(requests.gave_way());
         requests.answered();
         assert!(!ready(&mut gave_way)); // not told to give way yet
-        busy.leave();
+        busy.leave(Going::GaveWay);
         assert!(!ready(&mut gave_way)); // one request still being answered
         requests.answered();
         assert!(ready(&mut gave_way));
@@ -333,7 +355,7 @@ mod tests {
         ended.taken();
         let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
         assert!(!ready(&mut quiet_gone) && !ready(&mut left));
-        busy.leave();
+        busy.leave(Going::GaveWay);
         assert!(ready(&mut quiet_gone) && ready(&mut left));
         assert!(busy.any());
         ended.clear();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use crate::busy::{Busy, FLUSH_GRACE};
+pub use crate::busy::{Busy, Going, FLUSH_GRACE};
 use crate::fair_share::{FairShare, Place};
 
 /// Accepts connections on `listener` until `signal`, each one `places` admits handed to `open` with its place and
@@ -58,26 +58,18 @@ pub async fn accept<F, T>(
     let _ = ended.recv().await;
 }
 
-/// Why a connection goes before its peer or the port ends it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Going {
-    /// Its place went to a newcomer from another address (crate::fair_share).
-    GaveWay,
-    /// It reached the port's maximum connection age (crate::grpc_port).
-    Aged,
-}
-
 /// Drives `connection` until it ends, the port stops (`stop` turns true: `graceful`, then to its end, as hyper's
 /// graceful shutdown waits), its place gives way (above) or `aged` is ready (the port's maximum connection age:
 /// `graceful` whether or not a call is being answered, so the peer learns of it before the connection closes; its
-/// calls are answered and its streams go on until their clients end them, as under grpc core, and it closes once
-/// nothing holds it). `busy` is told why it goes (crate::busy). `graceful` begins the connection's graceful
-/// shutdown.
+/// calls are answered and its streams go on until their clients end them or `grace` passes, as under grpc core,
+/// then as for one that gave way). `busy` is told why it goes (crate::busy). `graceful` begins the connection's
+/// graceful shutdown.
 pub async fn drive<C: Future>(
     connection: C,
     graceful: fn(Pin<&mut C>),
     mut place: Place,
     aged: impl Future<Output = ()>,
+    grace: Option<Duration>,
     busy: Busy,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -95,14 +87,28 @@ pub async fn drive<C: Future>(
             return;
         }
         Some(Going::GaveWay) => {
-            busy.leave();
+            busy.leave(Going::GaveWay);
             if !busy.any() {
                 return; // dropped: closed
             }
+            graceful(connection.as_mut());
         }
-        Some(Going::Aged) => busy.age(),
+        Some(Going::Aged) => {
+            busy.age();
+            graceful(connection.as_mut());
+            let grace = async {
+                match grace {
+                    Some(grace) => tokio::time::sleep(grace).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = busy.flushed() => return,
+                _ = grace => busy.leave(Going::Aged),
+            }
+        }
     }
-    graceful(connection.as_mut());
     tokio::select! {
         _ = connection => {}
         _ = busy.flushed() => {}
@@ -118,6 +124,9 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Poll};
     use std::time::Duration;
+
+    /// How long an aged connection's streams go on here.
+    const AGE_GRACE: Duration = Duration::from_secs(60);
 
     /// A connection that ends when told to shut down gracefully and then `open` is cleared.
     struct Fake {
@@ -177,7 +186,15 @@ mod tests {
                 std::future::pending::<()>().await; // the test ended without ageing it
             }
         };
-        let driven = tokio::spawn(drive(fake, graceful, place, aged, busy.clone(), stopping));
+        let driven = tokio::spawn(drive(
+            fake,
+            graceful,
+            place,
+            aged,
+            Some(AGE_GRACE),
+            busy.clone(),
+            stopping,
+        ));
         Setup {
             places,
             _other: other,
@@ -272,6 +289,29 @@ mod tests {
         setup.driven.await.unwrap();
         assert!(setup.graceful.load(Ordering::Acquire));
         assert_eq!(started.elapsed(), FLUSH_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aged_connections_streams_go_on_for_the_grace_then_end() {
+        let mut setup = setup();
+        let stream = setup.busy.stream();
+        tokio::task::yield_now().await;
+        let aged_at = tokio::time::Instant::now();
+        let _ = setup.age.take().unwrap().send(());
+        tokio::time::sleep(AGE_GRACE - Duration::from_secs(1)).await;
+        assert!(setup.graceful.load(Ordering::Acquire));
+        assert!(!setup.busy.leaving(), "its stream goes on");
+        assert!(!setup.driven.is_finished());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            setup.busy.going(),
+            Some(Going::Aged),
+            "its stream told to end"
+        );
+        drop(stream); // it ended once what it read was answered
+        setup.driven.await.unwrap();
+        assert_eq!(aged_at.elapsed(), AGE_GRACE + FLUSH_GRACE);
     }
 
     #[tokio::test(start_paused = true)]

@@ -79,6 +79,7 @@ pub fn serve(
                 http2::Connection::graceful_shutdown,
                 place,
                 aged,
+                limits.max_age_grace,
                 busy,
                 stopping,
             )

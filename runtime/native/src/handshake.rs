@@ -40,10 +40,14 @@ pub struct ConnectionLimits {
     /// A write that waits this long for the peer to take bytes closes the connection (crate::send_bound).
     pub send_timeout: Duration,
     /// A connection about this old (+-10%, so that connections opened together do not go together) goes: a
-    /// GOAWAY, its calls answered, its streams ended once what they read is answered (crate::driven), so a
-    /// client's next calls go on a new connection, which a Service may send to another replica (grpc core's
+    /// GOAWAY, its calls answered, its streams going on for `max_age_grace` (crate::driven), so a client's next
+    /// calls go on a new connection, which a Service may send to another replica (grpc core's
     /// GRPC_ARG_MAX_CONNECTION_AGE_MS). None: never.
     pub max_age: Option<Duration>,
+    /// How long the streams of a connection that reached `max_age` go on before they end (UNAVAILABLE, once what
+    /// they read is answered; grpc core's GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS). None: until their clients end
+    /// them.
+    pub max_age_grace: Option<Duration>,
 }
 
 /// The bytes of the handshake still to come, given the first `head` bytes received (at most `HEAD`).

@@ -307,6 +307,7 @@ pub fn serve(
                 Connection::graceful_shutdown,
                 place,
                 aged,
+                None,
                 busy,
                 stopping,
             )

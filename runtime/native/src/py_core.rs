@@ -32,12 +32,13 @@ pub struct GrpcCore {
 #[pymethods]
 impl GrpcCore {
     /// `restricted`: (method path, header, value, refusal message) per restricted method; `handshake_timeout`,
-    /// `keepalive_time`, `keepalive_timeout`, `send_timeout` and `max_connection_age` (0: none) in seconds,
+    /// `keepalive_time`, `keepalive_timeout`, `send_timeout`, `max_connection_age` and `max_connection_age_grace`
+    /// (0: none) in seconds,
     /// `max_concurrent_streams` per connection and `max_connections` (see `handshake::ConnectionLimits`);
     /// `max_incomplete_calls` and `max_open_streams` across all connections (see `budget::CallLimits`). The
     /// defaults are the runtime's settings' alone.
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout, max_connection_age))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout, max_connection_age, max_connection_age_grace))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_message_bytes: usize,
@@ -52,6 +53,7 @@ impl GrpcCore {
         max_open_streams: usize,
         send_timeout: f64,
         max_connection_age: f64,
+        max_connection_age_grace: f64,
     ) -> PyResult<Self> {
         let limits = ConnectionLimits {
             handshake: positive_seconds("handshake_timeout", handshake_timeout)?,
@@ -64,6 +66,10 @@ impl GrpcCore {
             max_age: match max_connection_age {
                 0.0 => None,
                 age => Some(positive_seconds("max_connection_age", age)?),
+            },
+            max_age_grace: match max_connection_age_grace {
+                0.0 => None,
+                grace => Some(positive_seconds("max_connection_age_grace", grace)?),
             },
         };
         let rules: HashMap<String, Rule> = restricted

@@ -40,6 +40,10 @@ pub const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
 pub const GAVE_WAY: &str =
     "this connection gave way to one from another address (the port's connections are all \
 taken); open a new connection";
+/// How a stream on a connection that reached the port's maximum age ends once the age's grace passed, as
+/// [`GAVE_WAY`] does.
+pub const AGED: &str = "this connection reached the server's maximum connection age and its grace \
+(--grpc-max-connection-age-secs, --grpc-max-connection-age-grace-secs); open a new connection";
 
 /// The unary methods of the inference service that cross to Python as raw bytes.
 const FORWARDED: &[&str] = &[

@@ -26,9 +26,9 @@ use tonic::server::StreamingService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::OpenStream;
-use crate::busy::{Busy, Holding, StreamRequests};
+use crate::busy::{Busy, Going, Holding, StreamRequests};
 use crate::fair_share::Heard;
-use crate::service::{as_grpcio_answers, Core, Work, GAVE_WAY, MODEL_STREAM_INFER};
+use crate::service::{as_grpcio_answers, Core, Work, AGED, GAVE_WAY, MODEL_STREAM_INFER};
 
 type Ending = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -169,10 +169,13 @@ impl Stream for Responses {
                 self.ending = None;
                 self.end = None;
                 self.messages.close();
-                let status = self
-                    .gave_way
-                    .take()
-                    .unwrap_or_else(|| Status::unavailable(GAVE_WAY));
+                let going = self.requests.as_ref().and_then(StreamRequests::going);
+                let status = self.gave_way.take().unwrap_or_else(|| {
+                    Status::unavailable(match going {
+                        Some(Going::Aged) => AGED,
+                        _ => GAVE_WAY,
+                    })
+                });
                 return Poll::Ready(Some(Err(status)));
             }
             Poll::Ready(None) => {}

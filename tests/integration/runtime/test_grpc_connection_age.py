@@ -23,8 +23,16 @@ from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED, wait_closed
 
 AGE_SECS = 1
+GRACE_SECS = 1
 CALLERS = 4  # calls from a few threads meet each GOAWAY on its way
 SERVER_LIVE = "/inference.GRPCInferenceService/ServerLive"
+
+
+@pytest.fixture(scope="module", params=FRONTENDS)
+def aging_with_grace(request: pytest.FixtureRequest, repository: Path) -> Iterator[RuntimeProcess]:
+    with serving(repository, request.param, [f"--grpc-max-connection-age-secs={AGE_SECS}",
+                                             f"--grpc-max-connection-age-grace-secs={GRACE_SECS}"]) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module", params=FRONTENDS)
@@ -117,3 +125,27 @@ def test_a_stream_open_at_its_age_goes_on(aging: RuntimeProcess) -> None:
             assert stub.ServerLive(pb.ServerLiveRequest(), timeout=LOADED).live
         requests.put(None)
         assert list(responses) == []  # ended by its client, OK
+
+
+def test_a_stream_open_at_its_age_ends_after_the_grace(aging_with_grace: RuntimeProcess) -> None:
+    """With `--grpc-max-connection-age-grace-secs`, a stream of an aged connection goes on for the grace, then ends
+    UNAVAILABLE once what it read is answered (native: naming the flags), so stream clients move to a new
+    connection too (grpc core's max connection age grace)."""
+    expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
+    requests: queue.Queue[pb.ModelInferRequest | None] = queue.Queue()
+
+    def feed() -> Iterator[pb.ModelInferRequest]:
+        while (request := requests.get()) is not None:
+            yield request
+
+    with grpc.insecure_channel(aging_with_grace.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = stub.ModelStreamInfer(feed(), timeout=LOADED)
+        requests.put(_add_sub())
+        assert next(responses).infer_response.raw_output_contents[0] == expected
+        with pytest.raises(grpc.RpcError) as ended:
+            next(responses)  # it ends by itself, within the age and the grace
+        requests.put(None)
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+    if "--grpc-frontend=native" in aging_with_grace.args:
+        assert "--grpc-max-connection-age-grace-secs" in str(ended.value.details())
