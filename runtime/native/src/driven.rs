@@ -96,22 +96,24 @@ pub async fn drive<C: Future>(
         Some(Going::Aged) => {
             busy.age();
             graceful(connection.as_mut());
-            let grace = async {
-                match grace {
-                    Some(grace) => tokio::time::sleep(grace).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = connection.as_mut() => return,
                 _ = busy.flushed() => return,
-                _ = grace => busy.leave(Going::Aged),
+                _ = after(grace) => busy.leave(Going::Aged),
             }
         }
     }
     tokio::select! {
         _ = connection => {}
         _ = busy.flushed() => {}
+    }
+}
+
+/// Ready once `wait` has passed; never without one.
+pub async fn after(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
     }
 }
 

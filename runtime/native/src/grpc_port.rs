@@ -17,7 +17,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tonic::Status;
 
 use crate::busy::Busy;
-use crate::driven::{accept, drive};
+use crate::driven::{accept, after, drive};
 use crate::fair_share::FairShare;
 use crate::grpc_timeout;
 use crate::handshake::{ConnectionLimits, Deadlined};
@@ -133,10 +133,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Connectio
 
 /// Ready once a connection opened now reaches `max_age` (+-10%, drawn afresh for each); never without one.
 async fn aged(max_age: Option<Duration>) {
-    match max_age {
-        Some(age) => tokio::time::sleep(jittered(age, RandomState::new().hash_one(0u8))).await,
-        None => std::future::pending().await,
-    }
+    after(max_age.map(|age| jittered(age, RandomState::new().hash_one(0u8)))).await
 }
 
 /// `age` moved by up to 10% either way, by `draw` (any u64: its spread over the range).

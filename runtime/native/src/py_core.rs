@@ -17,7 +17,7 @@ use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
-use crate::py_serving::{lock, positive_seconds, Serving};
+use crate::py_serving::{lock, optional_seconds, positive_seconds, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{Core, Reply, Work, MODEL_INFER};
@@ -62,15 +62,8 @@ impl GrpcCore {
             max_concurrent_streams,
             max_connections,
             send_timeout: positive_seconds("send_timeout", send_timeout)?,
-            // 0: never
-            max_age: match max_connection_age {
-                0.0 => None,
-                age => Some(positive_seconds("max_connection_age", age)?),
-            },
-            max_age_grace: match max_connection_age_grace {
-                0.0 => None,
-                grace => Some(positive_seconds("max_connection_age_grace", grace)?),
-            },
+            max_age: optional_seconds("max_connection_age", max_connection_age)?,
+            max_age_grace: optional_seconds("max_connection_age_grace", max_connection_age_grace)?,
         };
         let rules: HashMap<String, Rule> = restricted
             .into_iter()

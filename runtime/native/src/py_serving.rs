@@ -23,6 +23,14 @@ pub fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
         })
 }
 
+/// None for 0 (the setting's "none"), else [`positive_seconds`].
+pub fn optional_seconds(name: &str, value: f64) -> PyResult<Option<Duration>> {
+    if value == 0.0 {
+        return Ok(None);
+    }
+    positive_seconds(name, value).map(Some)
+}
+
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

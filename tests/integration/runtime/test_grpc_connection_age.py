@@ -101,21 +101,27 @@ def test_a_client_calling_throughout_loses_no_call(aging: RuntimeProcess) -> Non
         assert all(caller.result() > 10 for caller in callers)
 
 
-def test_a_stream_open_at_its_age_goes_on(aging: RuntimeProcess) -> None:
-    """A ModelStreamInfer open when its connection ages goes on until its client ends it, as under grpc core (its
-    grace unbounded): answered after the GOAWAY, so a sequence over a stream is not cut off, while the channel's
-    new calls go to a new connection. Before, the native front end ended it UNAVAILABLE once what it had read was
-    answered."""
-    expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
+def _stream(stub: service_pb2_grpc.GRPCInferenceServiceStub,
+            ) -> tuple[queue.Queue[pb.ModelInferRequest | None], Iterator[pb.ModelStreamInferResponse]]:
+    """A ModelStreamInfer: the queue its requests are put in (None ends them), and its responses."""
     requests: queue.Queue[pb.ModelInferRequest | None] = queue.Queue()
 
     def feed() -> Iterator[pb.ModelInferRequest]:
         while (request := requests.get()) is not None:
             yield request
 
+    return requests, stub.ModelStreamInfer(feed(), timeout=LOADED)
+
+
+def test_a_stream_open_at_its_age_goes_on(aging: RuntimeProcess) -> None:
+    """A ModelStreamInfer open when its connection ages goes on until its client ends it, as under grpc core (its
+    grace unbounded): answered after the GOAWAY, so a sequence over a stream is not cut off, while the channel's
+    new calls go to a new connection. Before, the native front end ended it UNAVAILABLE once what it had read was
+    answered."""
+    expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
     with grpc.insecure_channel(aging.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        responses = stub.ModelStreamInfer(feed(), timeout=LOADED)
+        requests, responses = _stream(stub)
         for _ in range(2):
             requests.put(_add_sub())
             answer = next(responses)
@@ -132,15 +138,9 @@ def test_a_stream_open_at_its_age_ends_after_the_grace(aging_with_grace: Runtime
     UNAVAILABLE once what it read is answered (native: naming the flags), so stream clients move to a new
     connection too (grpc core's max connection age grace)."""
     expected = (np.arange(16, dtype=np.float32) * 2).tobytes()
-    requests: queue.Queue[pb.ModelInferRequest | None] = queue.Queue()
-
-    def feed() -> Iterator[pb.ModelInferRequest]:
-        while (request := requests.get()) is not None:
-            yield request
-
     with grpc.insecure_channel(aging_with_grace.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        responses = stub.ModelStreamInfer(feed(), timeout=LOADED)
+        requests, responses = _stream(stub)
         requests.put(_add_sub())
         assert next(responses).infer_response.raw_output_contents[0] == expected
         with pytest.raises(grpc.RpcError) as ended:
