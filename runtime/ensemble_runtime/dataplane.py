@@ -85,7 +85,8 @@ class DataPlane:
     accepting: bool = True
     started: bool = True  # the initial load (and sync) has finished; Server.start clears it until then
     in_flight: int = 0
-    # the ends of requests `infer_then` handed to a model thread: queued before their answer, the loop woken after it
+    # the ends of requests `infer_then` handed to a model thread: queued before their answer, counted on the loop
+    # as it takes the next request or reads what they change, within a few milliseconds at the latest
     _settlements: Deferred = field(default_factory=Deferred)
     _step_tasks: set[asyncio.Task[dict[str, Tensor]]] = field(default_factory=set)  # ensemble steps run as tasks
     # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
@@ -145,8 +146,14 @@ class DataPlane:
 
     def settle_answered(self) -> None:
         """On the loop: count every request answered so far (statistics, in flight, queue places) before reading
-        them; what a model thread answered is counted when the loop next turns, or here."""
+        them; what a model thread answered is counted as the loop admits the next request, here, or within a few
+        milliseconds (`Deferred`)."""
         self._settlements.run()
+
+    def requests_in_flight(self) -> int:
+        """On the loop: requests taken and not yet answered."""
+        self.settle_answered()
+        return self.in_flight
 
     def statistics(self, name: str = "", version: str = "") -> list[LoadedVersion]:
         self.settle_answered()
@@ -215,9 +222,10 @@ class DataPlane:
         instances queue calls on their own threads, or run it inline on the loop (`Scheduler.takes_then`), or for
         an ensemble (`_ensemble_then`). Here, on the loop, the request is checked as `infer` checks it (raising the same
         errors); the thread that runs it calls `answer` with the response or the error, after queuing the
-        request's end (statistics, in flight, its place in the queue) for the loop, and wakes the loop after: the
-        wake-up does not come between a model thread and its answer, and whatever reads the statistics after the
-        answer left (`settle_answered`) sees it counted. False: nothing was done (call `infer`)."""
+        request's end (statistics, in flight, its place in the queue) for the loop, which counts it as it admits
+        the next request (before its checks), or reads what it changes (`settle_answered`), or within
+        `Deferred`'s few milliseconds otherwise: no wake-up of the loop per request, and whatever reads the
+        statistics after the answer left sees it counted. False: nothing was done (call `infer`)."""
         if not self.accepting or names_sequence(request.parameters):
             return False
         lv = self.registry.find(request.model_name, request.model_version)
@@ -232,22 +240,19 @@ class DataPlane:
         ):
             return False
         admitted = self._admit(lv, request, declared, None)
-        loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
+        inline: list[bool] = []
 
         def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the thread that ran it
             end = time.perf_counter_ns()
             outcome = self._outcome(admitted, result, {})
             if threading.get_ident() == loop_thread:  # ran inline
+                inline.append(True)
                 self._settle(admitted, result, end, settle)
                 answer(outcome)
                 return
-            # counted before the answer leaves, the loop woken after it: the wake-up does not delay the answer
-            self._settlements.add(self._settle, admitted, result, end, settle)
-            try:
-                answer(outcome)
-            finally:
-                self._settlements.wake(loop)
+            self._settlements.add(self._settle, admitted, result, end, settle)  # counted before the answer leaves
+            answer(outcome)
 
         self.in_flight += 1
         Registry.acquire(lv)
@@ -256,6 +261,8 @@ class DataPlane:
         except Exception as exc:
             self._settle(admitted, exc, time.perf_counter_ns(), None)
             raise
+        if not inline:  # a model thread has it (or had: it is counted all the same)
+            self._settlements.expect(asyncio.get_running_loop())
         return True
 
     def _ensemble_then(
@@ -327,7 +334,9 @@ class DataPlane:
     def _admit(
         self, lv: LoadedVersion, request: InferRequest, declared: Mapping[str, str] | None, tag: SequenceTag | None
     ) -> _Admitted:
-        """The request checked against what `lv` accepts, as the backend request for it."""
+        """The request checked against what `lv` accepts, as the backend request for it. What model threads
+        answered is counted first: the places they held in a queue are free for this one."""
+        self._settlements.run()
         start = time.perf_counter_ns()
         sig = self.signature(lv)
         inputs = check_inputs(sig, request.inputs, declared or {})

@@ -246,9 +246,9 @@ class Server:
         dp.accepting = False
         await self.health.update(False)
         deadline = time.monotonic() + self.settings.exit_timeout_secs
-        while dp.in_flight and time.monotonic() < deadline:
+        while dp.requests_in_flight() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if dp.in_flight:
+        if dp.requests_in_flight():
             log.warning("exit timeout reached with %d requests in flight", dp.in_flight)
         for task in self._tasks:
             task.cancel()

@@ -38,26 +38,41 @@ def on_loop(loop: asyncio.AbstractEventLoop, loop_thread: int, fn: Callable[...,
 
 
 class Deferred:
-    """Work for the loop that other threads queue and then wake it for (`add`, then `wake`), so that what matters
-    more can come between (an answer leaving); the loop also runs it before it reads what the work changes (`run`),
-    so nothing read on the loop after `add` returned misses it."""
+    """Work for the loop that other threads queue (`add`) without waking it: the loop runs it before it reads
+    what the work changes (`run`), and at the latest `within` seconds after it was queued while the loop waits for
+    pieces it was told of (`expect`): one timer for all, not a wake-up per piece. A thread's wake-up of the loop
+    costs a switch to the loop's thread and one turn of it on each piece (at one request in flight, one per
+    request); under traffic the loop runs what came as it takes the next request, and the timer rarely finds
+    anything."""
 
-    def __init__(self) -> None:
+    def __init__(self, within: float = 0.005) -> None:
         self._queue: collections.deque[Callable[[], None]] = collections.deque()  # append/popleft: thread-safe
+        self._within = within
+        self._expected = 0  # pieces the loop was told of (`expect`) and has not run yet
+        self._timer: asyncio.TimerHandle | None = None
 
     def add(self, fn: Callable[..., None], *args: Any) -> None:
-        """Queue `fn(*args)` (any thread)."""
+        """Queue `fn(*args)` (any thread): a piece the loop `expect`s."""
         self._queue.append(functools.partial(fn, *args))
 
-    def wake(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Have `loop` run what is queued (from another thread; nothing once the loop is closed)."""
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self.run)
+    def expect(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: another thread will `add` one piece (it may have already); it runs within `within`
+        seconds of being queued at the latest."""
+        self._expected += 1
+        if self._timer is None:
+            self._timer = loop.call_later(self._within, self._due, loop)
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self.run()
+        if self._expected > 0:  # some still running on their threads
+            self._timer = loop.call_later(self._within, self._due, loop)
 
     def run(self) -> None:
         """On the loop: everything queued, in the order it came; one that raises is logged, the rest still run."""
         while self._queue:
             fn = self._queue.popleft()  # only the loop takes: what is there stays there
+            self._expected -= 1
             try:
                 fn()
             except Exception:

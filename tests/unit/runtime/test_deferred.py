@@ -1,14 +1,18 @@
-"""`handoff.Deferred`: work other threads queue for the event loop, run in the order it came, by the wake-up or by
-whoever reads first on the loop; one piece that raises is logged and the rest still run."""
+"""`handoff.Deferred`: work other threads queue for the event loop without waking it, run in the order it came by
+whoever reads first on the loop, or by the loop's one timer within `within` seconds while it expects pieces; one
+piece that raises is logged and the rest still run."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+import time
 
 import pytest
 from ensemble_runtime.backends.handoff import Deferred
+
+WAIT = 60.0  # seconds: a loaded 2-core machine
 
 
 def test_run_takes_everything_queued_in_order_and_survives_a_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -28,26 +32,67 @@ def test_run_takes_everything_queued_in_order_and_survives_a_failure(caplog: pyt
     assert ran == [1, 2]
 
 
-def test_a_thread_adds_then_wakes_the_loop() -> None:
-    async def scenario() -> list[str]:
-        deferred, ran, woken = Deferred(), list[str](), asyncio.Event()
+def test_what_a_thread_queues_runs_on_the_loop_within_the_time_without_a_wake_up() -> None:
+    """The loop expects a piece, a thread queues it: the loop's timer runs it, on the loop's thread."""
+
+    async def scenario() -> tuple[list[str], float]:
+        deferred, ran, done = Deferred(within=0.05), list[str](), asyncio.Event()
         loop = asyncio.get_running_loop()
 
-        def on_thread() -> None:
-            deferred.add(ran.append, threading.current_thread().name)
-            deferred.add(woken.set)  # runs on the loop: asyncio.Event is not thread-safe
-            deferred.wake(loop)
+        def piece(name: str) -> None:
+            ran.append(name)
+            ran.append(threading.current_thread().name)
+            done.set()  # on the loop: asyncio.Event is not thread-safe
 
-        worker = threading.Thread(target=on_thread, name="worker")
+        deferred.expect(loop)
+        started = time.monotonic()
+        worker = threading.Thread(target=deferred.add, args=(piece, "worker"), name="worker")
         worker.start()
-        await asyncio.wait_for(woken.wait(), 60)
         worker.join()
+        await asyncio.wait_for(done.wait(), WAIT)
+        return ran, time.monotonic() - started
+
+    ran, waited = asyncio.run(scenario())
+    assert ran == ["worker", "MainThread"]
+    assert waited >= 0.04, "run by the timer, not at once: no wake-up per piece"
+
+
+def test_the_timer_waits_on_while_a_piece_is_still_expected() -> None:
+    """Two pieces expected; the thread of the second queues it only after several of the timer's turns: it still
+    runs, and with nothing more expected the timer stops."""
+
+    async def scenario() -> tuple[list[int], bool]:
+        deferred, ran, done = Deferred(within=0.01), list[int](), asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def piece(i: int) -> None:
+            ran.append(i)
+            if len(ran) == 2:
+                done.set()
+
+        deferred.expect(loop)
+        deferred.expect(loop)
+        deferred.add(piece, 1)
+        late = threading.Timer(0.1, deferred.add, args=(piece, 2))
+        late.start()
+        await asyncio.wait_for(done.wait(), WAIT)
+        late.join()
+        await asyncio.sleep(0.05)  # the timer's turn after the last piece, if it were still armed
+        return ran, deferred._timer is None
+
+    ran, stopped = asyncio.run(scenario())
+    assert ran == [1, 2]
+    assert stopped, "nothing expected any more: no timer left armed"
+
+
+def test_a_read_on_the_loop_runs_what_came_before_the_timer() -> None:
+    async def scenario() -> list[int]:
+        deferred, ran = Deferred(within=WAIT), list[int]()
+        deferred.expect(asyncio.get_running_loop())
+        worker = threading.Thread(target=deferred.add, args=(ran.append, 7))
+        worker.start()
+        worker.join()
+        deferred.run()  # what `DataPlane.settle_answered` does before a read
         return ran
 
-    assert asyncio.run(scenario()) == ["worker"]
-
-
-def test_waking_a_closed_loop_is_nothing() -> None:
-    loop = asyncio.new_event_loop()
-    loop.close()
-    Deferred().wake(loop)
+    assert asyncio.run(scenario()) == [7]
