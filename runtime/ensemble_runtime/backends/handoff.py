@@ -39,15 +39,18 @@ def on_loop(loop: asyncio.AbstractEventLoop, loop_thread: int, fn: Callable[...,
 
 class Deferred:
     """Work for the loop that other threads queue (`add`) without waking it: the loop runs it before it reads
-    what the work changes (`run`), and at the latest `within` seconds after it was queued while the loop waits for
-    pieces it was told of (`expect`): one timer for all, not a wake-up per piece. A thread's wake-up of the loop
-    costs a switch to the loop's thread and one turn of it on each piece (at one request in flight, one per
+    what the work changes (`run`), and otherwise on one timer while it waits for pieces it was told of (`expect`):
+    within `within` seconds of being queued while pieces keep coming, the timer backing off to `at_most` while it
+    finds none (a model running long, or stuck: a few turns a second, not hundreds). A thread's wake-up of the
+    loop costs a switch to the loop's thread and one turn of it per piece (at one request in flight, one per
     request); under traffic the loop runs what came as it takes the next request, and the timer rarely finds
     anything."""
 
-    def __init__(self, within: float = 0.005) -> None:
+    def __init__(self, within: float = 0.005, at_most: float = 0.1) -> None:
         self._queue: collections.deque[Callable[[], None]] = collections.deque()  # append/popleft: thread-safe
         self._within = within
+        self._at_most = at_most
+        self._delay = within  # the timer's next wait
         self._expected = 0  # pieces the loop was told of (`expect`) and has not run yet
         self._timer: asyncio.TimerHandle | None = None
 
@@ -56,20 +59,23 @@ class Deferred:
         self._queue.append(functools.partial(fn, *args))
 
     def expect(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop: another thread will `add` one piece (it may have already); it runs within `within`
-        seconds of being queued at the latest."""
+        """On the loop: another thread will `add` one piece (it may have already)."""
         self._expected += 1
         if self._timer is None:
-            self._timer = loop.call_later(self._within, self._due, loop)
+            self._timer = loop.call_later(self._delay, self._due, loop)
 
     def _due(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
-        self.run()
+        if not self.run():
+            self._delay = min(self._delay * 2, self._at_most)
         if self._expected > 0:  # some still running on their threads
-            self._timer = loop.call_later(self._within, self._due, loop)
+            self._timer = loop.call_later(self._delay, self._due, loop)
 
-    def run(self) -> None:
-        """On the loop: everything queued, in the order it came; one that raises is logged, the rest still run."""
+    def run(self) -> bool:
+        """On the loop: everything queued, in the order it came; one that raises is logged, the rest still run.
+        Whether there was any."""
+        if not self._queue:
+            return False
         while self._queue:
             fn = self._queue.popleft()  # only the loop takes: what is there stays there
             self._expected -= 1
@@ -77,3 +83,5 @@ class Deferred:
                 fn()
             except Exception:
                 log.exception("deferred work failed on the loop")
+        self._delay = self._within  # pieces are coming: the timer's wait is short again
+        return True

@@ -96,3 +96,27 @@ def test_a_read_on_the_loop_runs_what_came_before_the_timer() -> None:
         return ran
 
     assert asyncio.run(scenario()) == [7]
+
+
+def test_the_timer_backs_off_while_it_finds_nothing() -> None:
+    """One piece expected that does not come for 0.4 s (a model running long): the timer's turns grow apart up to
+    `at_most` (about 12 turns in 0.4 s with 10 ms doubling to 40 ms), instead of one every 10 ms (40); the piece
+    still runs once it comes. (A loaded machine only makes the turns fewer.)"""
+
+    class Counted(Deferred):
+        turns = 0
+
+        def run(self) -> bool:
+            Counted.turns += 1
+            return super().run()
+
+    async def scenario() -> list[int]:
+        deferred, ran, done = Counted(within=0.01, at_most=0.04), list[int](), asyncio.Event()
+        deferred.expect(asyncio.get_running_loop())
+        await asyncio.sleep(0.4)
+        deferred.add(lambda: (ran.append(1), done.set()))
+        await asyncio.wait_for(done.wait(), WAIT)
+        return ran
+
+    assert asyncio.run(scenario()) == [1]
+    assert 1 <= Counted.turns <= 20, Counted.turns
