@@ -2,7 +2,8 @@
 end (statistics, in flight, its version's hold) reaches the event loop after the answer left, so the wake-up of
 the loop does not delay the answer. Whatever the loop reads after the answer must still count it: here the loop
 itself waits for the answer (blocking, so the wake-up the thread posted cannot run) and then reads the statistics
-in the same turn. The data plane is the runtime's own (`build_dataplane`), on a real uvloop, with the `add_one`
+in the same turn; and the places in the model's queue those answered requests held are free for the next one
+admitted in that turn. The data plane is the runtime's own (`build_dataplane`), on a real uvloop, with the `add_one`
 python model of the benchmarks."""
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _request(i: int) -> InferRequest:
     return InferRequest(model_name=MODEL, inputs={"X": np.full(16, i, np.float32)}, id=f"r{i}")
 
 
-async def _answered_then_read(dataplane: DataPlane, i: int) -> tuple[InferResponse | Exception, int, int, int]:
-    """In one turn of the loop: hand request `i` over, wait for its answer on this thread, read the statistics."""
+def _answered(dataplane: DataPlane, i: int) -> InferResponse | Exception:
+    """Hand request `i` over and wait for its answer on this thread (the loop blocked: nothing it was handed since
+    runs meanwhile)."""
     answered = threading.Event()
     outcome: list[InferResponse | Exception] = []
 
@@ -46,9 +48,15 @@ async def _answered_then_read(dataplane: DataPlane, i: int) -> tuple[InferRespon
         answered.set()
 
     assert dataplane.infer_then(_request(i), None, answer)
-    assert answered.wait(WAIT)  # the loop blocked: nothing it was handed since runs before the reads below
+    assert answered.wait(WAIT)
+    return outcome[0]
+
+
+async def _answered_then_read(dataplane: DataPlane, i: int) -> tuple[InferResponse | Exception, int, int, int]:
+    """In one turn of the loop: request `i` answered, then the statistics read."""
+    outcome = _answered(dataplane, i)
     (lv,) = dataplane.statistics(MODEL, "1")
-    return outcome[0], lv.stats.success.count, dataplane.in_flight, lv.in_flight
+    return outcome, lv.stats.success.count, dataplane.in_flight, lv.in_flight
 
 
 def test_an_answer_from_a_model_thread_is_counted_before_the_loop_reads(repository: Path) -> None:
@@ -68,3 +76,26 @@ def test_an_answer_from_a_model_thread_is_counted_before_the_loop_reads(reposito
             await dataplane.manager.unload(MODEL)
 
     uvloop.run(scenario())
+
+
+def test_the_queue_places_answered_requests_held_are_free_for_the_next(repository: Path) -> None:
+    """With a queue of one place (and one instance: two requests at most), requests answered by the model's thread
+    and not yet counted on the loop must not fill it: each is answered, then the next admitted in the same turn of
+    the loop (no timer or wake-up can count them in between). Eight in a row, none refused."""
+    config = repository / MODEL / "config.pbtxt"
+    config.write_text(config.read_text() + "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n")
+
+    async def scenario() -> list[float]:
+        dataplane = build_dataplane(parse_settings([f"--model-repository={repository}"]), default_backends())
+        await dataplane.manager.load([MODEL])
+        try:
+            firsts: list[float] = []
+            for i in range(8):
+                outcome = _answered(dataplane, i)
+                assert isinstance(outcome, InferResponse), outcome
+                firsts.append(float(outcome.outputs["Y"][0]))
+            return firsts
+        finally:
+            await dataplane.manager.unload(MODEL)
+
+    assert uvloop.run(scenario()) == [i + 1.0 for i in range(8)]
