@@ -241,13 +241,14 @@ class DataPlane:
             return False
         admitted = self._admit(lv, request, declared, None)
         loop_thread = threading.get_ident()
-        inline: list[bool] = []
+        inline = False
 
         def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the thread that ran it
+            nonlocal inline
             end = time.perf_counter_ns()
             outcome = self._outcome(admitted, result, {})
             if threading.get_ident() == loop_thread:  # ran inline
-                inline.append(True)
+                inline = True
                 self._settle(admitted, result, end, settle)
                 answer(outcome)
                 return
