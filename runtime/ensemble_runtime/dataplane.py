@@ -37,7 +37,7 @@ from ensemble_runtime.inference import (
     batch_size_of,
 )
 from ensemble_runtime.model_manager import ModelManager
-from ensemble_runtime.registry import LoadedVersion, Registry, describe_set, parse_version
+from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, describe_set, parse_version
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.sequences import SequenceTag, live_version, names_sequence, take_sequence_parameters
@@ -226,12 +226,12 @@ class DataPlane:
         the next request (before its checks), or reads what it changes (`settle_answered`), or within
         `Deferred`'s few milliseconds otherwise: no wake-up of the loop per request, and whatever reads the
         statistics after the answer left sees it counted. False: nothing was done (call `infer`)."""
-        if not self.accepting or names_sequence(request.parameters):
+        if not self.accepting or (request.parameters and names_sequence(request.parameters)):
             return False
         lv = self.registry.find(request.model_name, request.model_version)
         ensemble = self.registry.records[request.model_name].ensemble
         if ensemble is not None:
-            return self._ensemble_then(lv, ensemble.graph, request, declared, answer)
+            return self._ensemble_then(lv, ensemble, request, declared, answer)
         scheduler = lv.scheduler
         if (
             lv.config.model_transaction_policy.decoupled
@@ -267,15 +267,17 @@ class DataPlane:
         return True
 
     def _ensemble_then(
-        self, lv: LoadedVersion, graph: EnsembleGraph, request: InferRequest, declared: Mapping[str, str] | None,
-        answer: Answer,
+        self, lv: LoadedVersion, ensemble: EnsembleState, request: InferRequest,
+        declared: Mapping[str, str] | None, answer: Answer,
     ) -> bool:
         """`infer_then` for an ensemble (not decoupled, every step on a scheduler): its steps run through
         `EnsembleRun` on one version set, each handed to its model as `StepCalls` can; the answer goes out on the
         loop once the last step ended, after the request is counted."""
+        graph = ensemble.graph
         if graph.decoupled:
             return False
-        steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
+        steps = dict(ensemble.steps)  # one version set for the whole request
+        described = ensemble.describe()
         if not steps or not StepCalls.can_run(steps):
             return False
         admitted = self._admit(lv, request, declared, None)
@@ -286,7 +288,7 @@ class DataPlane:
             if not isinstance(result, Exception):
                 self._count_ensemble(admitted, queued, calls.compute)
             self._settle(admitted, result, time.perf_counter_ns(), functools.partial(_release, steps.values()))
-            answer(self._outcome(admitted, result, {"ensemble_versions": describe_set(steps)}))
+            answer(self._outcome(admitted, result, {"ensemble_versions": described}))
 
         run = EnsembleRun(
             graph, admitted.request.inputs, admitted.request.requested_outputs, calls.submit, finish,
@@ -302,8 +304,7 @@ class DataPlane:
         """An ensemble request's own statistics: one execution, its steps' compute summed."""
         lv = admitted.lv
         batch = batch_size_of(admitted.request.inputs) if lv.config.max_batch_size else 1
-        lv.stats.record_request(batch, queued - admitted.start_ns, compute)
-        lv.stats.record_execution(max(1, batch), compute, int(time.time() * 1000))
+        lv.stats.record_alone(batch, queued - admitted.start_ns, compute, int(time.time() * 1000))
 
     def _outcome(
         self, admitted: _Admitted, result: BackendResult, parameters: dict[str, bool | int | float | str]
@@ -341,8 +342,9 @@ class DataPlane:
         start = time.perf_counter_ns()
         sig = self.signature(lv)
         inputs = check_inputs(sig, request.inputs, declared or {})
-        requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
-        classes = classification.class_counts(request.output_parameters)
+        asked = request.requested_outputs
+        requested = check_requested(sig, asked) if asked else tuple(sig.outputs)
+        classes = classification.class_counts(request.output_parameters) if request.output_parameters else {}
         backend_request = BackendRequest(
             inputs, requested, request.parameters, request.id, tag.correlation_id if tag else 0, tag.flags if tag else 0
         )
@@ -350,7 +352,9 @@ class DataPlane:
 
     def _count_success(self, admitted: _Admitted, end: int) -> None:
         stats = admitted.lv.stats
-        stats.success.add(end - admitted.start_ns)
+        success = stats.success
+        success.count += 1
+        success.ns += end - admitted.start_ns
         stats.last_inference_ms = int(time.time() * 1000)
 
     def _count_failure(self, admitted: _Admitted, exc: BaseException, end: int) -> None:
@@ -365,10 +369,13 @@ class DataPlane:
         """The response of an admitted request from what its model produced (pure: any thread)."""
         lv = admitted.lv
         requested = admitted.request.requested_outputs
-        missing = [n for n in requested if n not in outputs]
-        if missing:
-            raise internal(f"model {quote_name(admitted.model_name)} did not produce requested output(s) {missing}")
-        selected = {n: outputs[n] for n in requested}
+        try:
+            selected = {n: outputs[n] for n in requested}
+        except KeyError:
+            missing = [n for n in requested if n not in outputs]
+            raise internal(
+                f"model {quote_name(admitted.model_name)} did not produce requested output(s) {missing}"
+            ) from None
         if admitted.classes:
             selected = classification.apply(selected, admitted.classes, lv.config.max_batch_size > 0, lv.labels)
         return InferResponse(

@@ -44,10 +44,14 @@ class LoadedVersion:
     memory_bytes: int = 0
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     in_flight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    drained: asyncio.Event | None = None  # made by `wait_idle` while requests are in flight; set by the last
 
-    def __post_init__(self) -> None:
-        self.idle.set()
+    async def wait_idle(self) -> None:
+        """Returns once no request is in flight on this version (at once when none is)."""
+        while self.in_flight:
+            if self.drained is None:
+                self.drained = asyncio.Event()
+            await self.drained.wait()
 
 
 @dataclass(eq=False)
@@ -55,10 +59,15 @@ class EnsembleState:
     graph: EnsembleGraph
     steps: dict[int, LoadedVersion] = field(default_factory=dict)  # the version set served, per step index
     reason: str = ""
+    # `describe`'s answer and the set it describes: a set is replaced whole (`refresh_ensembles`), never changed
+    described: tuple[dict[int, LoadedVersion], str] | None = field(default=None, repr=False)
 
     def describe(self) -> str:
         """'model:version,...' for the set served now (each model once per distinct version)."""
-        return describe_set(self.steps)
+        described = self.described
+        if described is None or described[0] is not self.steps:
+            described = self.described = (self.steps, describe_set(self.steps))
+        return described[1]
 
 
 def describe_set(steps: Mapping[int, LoadedVersion]) -> str:
@@ -116,8 +125,10 @@ class Registry:
 
     def find(self, name: str, version: str) -> LoadedVersion:
         """The version a request for (name, version) runs on; '' means the model's default version."""
-        number = parse_version(version)
         rec = self.records.get(name)
+        if not version and rec is not None and rec.served and (rec.ensemble is None or rec.ready):
+            return rec.versions[rec.served[-1]]  # the common case, as below: the newest version served
+        number = parse_version(version)
         shown = quote_name(name)
         if rec is None or (not rec.versions and not rec.reason):
             raise not_found(f"Request for unknown model: {shown} is not found")
@@ -147,13 +158,13 @@ class Registry:
     @staticmethod
     def acquire(lv: LoadedVersion) -> None:
         lv.in_flight += 1
-        lv.idle.clear()
 
     @staticmethod
     def release(lv: LoadedVersion) -> None:
         lv.in_flight -= 1
-        if lv.in_flight == 0:
-            lv.idle.set()
+        if lv.in_flight == 0 and lv.drained is not None:  # someone waits for the version to be idle
+            lv.drained.set()
+            lv.drained = None
 
     @staticmethod
     @contextlib.contextmanager
@@ -216,7 +227,7 @@ class Registry:
             task.add_done_callback(self.retiring.discard)
 
     async def _drain_and_close(self, lv: LoadedVersion) -> None:
-        await lv.idle.wait()
+        await lv.wait_idle()
         if lv in self._in_use():  # taken back into service while draining
             lv.state = VersionState.READY
             return

@@ -79,7 +79,7 @@ class Scheduler:
     _waiting: int = 0
     _queuing: QueuingInstance | None = None
     _outstanding: int = 0  # calls handed to the queuing instance and not yet back
-    _drained: asyncio.Event = field(default_factory=asyncio.Event)
+    _drained: asyncio.Event | None = None  # made by `close` while calls are out; set as the last comes back
     _inlines: bool = False  # every instance may run inline (InlineInstance), checked once at start
 
     def start(self) -> None:
@@ -94,7 +94,6 @@ class Scheduler:
                 # Their threads are the queue: the next execution starts as one ends, with no round trip
                 # through the loop in between (a semaphore here would cost one per request).
                 self._queuing = queuing[0]
-                self._drained.set()
             return
         for index, instance in enumerate(self.instances):
             task = asyncio.get_running_loop().create_task(
@@ -222,13 +221,13 @@ class Scheduler:
         if limit and self._outstanding >= limit + len(self.instances):
             raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
         self._outstanding += 1
-        self._drained.clear()
         return time.perf_counter_ns()
 
     def _leave_queued(self) -> None:
         self._outstanding -= 1
-        if not self._outstanding:
+        if not self._outstanding and self._drained is not None:
             self._drained.set()
+            self._drained = None
 
     def _settle_queued(self, request: BackendRequest, result: BackendResult, enqueued: int, ran: RunTimes,
                        end: int, times: ComputeTimes | None) -> None:
@@ -240,7 +239,10 @@ class Scheduler:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
         self._closing = True
         if self._queuing is not None:
-            await self._drained.wait()
+            while self._outstanding:
+                if self._drained is None:
+                    self._drained = asyncio.Event()
+                await self._drained.wait()
         elif self._slots is not None:
             for _ in self.instances:  # every instance back: nothing in flight any more
                 await self._slots.acquire()
@@ -350,10 +352,9 @@ class Scheduler:
         if isinstance(result, BaseException) and not isinstance(result, ResponseError):
             return
         batch = batch_size_of(request.inputs) if self.policy.max_batch_size else 1
-        self.stats.record_request(batch, queue_ns, compute)
+        self.stats.record_alone(batch, queue_ns, compute, time.time_ns() // 1_000_000)
         if times is not None:
             times.add(compute)
-        self.stats.record_execution(batch, compute, time.time_ns() // 1_000_000)
 
     async def _execute(self, execution: Awaitable[list[BackendResult]], count: int) -> list[BackendResult]:
         """One result per request of an `execute` call (`count` of them): the instance's, or the error that

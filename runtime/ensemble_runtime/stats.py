@@ -65,10 +65,8 @@ class ModelStats:
     def record_request(self, batch_size: int, queue_ns: int, compute: ComputeTimes) -> None:
         """A request that succeeded: its inferences, its time in the queue and its execution's compute phases."""
         self.inference_count += max(1, batch_size)
-        self.queue.add(queue_ns)
-        self.compute_input.add(compute.input_ns)
-        self.compute_infer.add(compute.infer_ns)
-        self.compute_output.add(compute.output_ns)
+        _add(self.queue, queue_ns)
+        _add_compute(self.compute_input, self.compute_infer, self.compute_output, compute)
 
     def record_execution(self, batch_size: int, compute: ComputeTimes, now_ms: int) -> None:
         """An execution of `batch_size` inferences with at least one successful request."""
@@ -77,6 +75,36 @@ class ModelStats:
         stat = self.batches.get(batch_size)
         if stat is None:
             stat = self.batches[batch_size] = BatchStat()
-        stat.compute_input.add(compute.input_ns)
-        stat.compute_infer.add(compute.infer_ns)
-        stat.compute_output.add(compute.output_ns)
+        _add_compute(stat.compute_input, stat.compute_infer, stat.compute_output, compute)
+
+    def record_alone(self, batch_size: int, queue_ns: int, compute: ComputeTimes, now_ms: int) -> None:
+        """A request that succeeded in an execution of its own: `record_request` and `record_execution` in one
+        call (the per-request path; the same counts)."""
+        batch = max(1, batch_size)
+        self.inference_count += batch
+        self.execution_count += 1
+        if now_ms > self.last_inference_ms:
+            self.last_inference_ms = now_ms
+        queue = self.queue
+        queue.count += 1
+        queue.ns += queue_ns
+        _add_compute(self.compute_input, self.compute_infer, self.compute_output, compute)
+        stat = self.batches.get(batch)
+        if stat is None:
+            stat = self.batches[batch] = BatchStat()
+        _add_compute(stat.compute_input, stat.compute_infer, stat.compute_output, compute)
+
+
+def _add(duration: Duration, ns: int) -> None:
+    duration.count += 1
+    duration.ns += ns
+
+
+def _add_compute(into_input: Duration, into_infer: Duration, into_output: Duration, compute: ComputeTimes) -> None:
+    """One count of each compute phase, with its nanoseconds (three `Duration.add` in one call)."""
+    into_input.count += 1
+    into_input.ns += compute.input_ns
+    into_infer.count += 1
+    into_infer.ns += compute.infer_ns
+    into_output.count += 1
+    into_output.ns += compute.output_ns

@@ -55,7 +55,9 @@ class StepCalls:
                 (lv.stats.success if answered else lv.stats.fail).add(end - started)
                 done(result if isinstance(result, Exception) else internal(f"model '{lv.model}': {result!r}"))
                 return
-            lv.stats.success.add(end - started)
+            success = lv.stats.success
+            success.count += 1
+            success.ns += end - started
             done(result)
 
         if scheduler.takes_then():
