@@ -30,6 +30,7 @@ class ModelSignature:
     max_batch_size: int
     inputs: Mapping[str, TensorSpec]
     outputs: Mapping[str, TensorSpec]
+    required: frozenset[str] = frozenset()  # the inputs that are not optional
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> ModelSignature:
@@ -37,11 +38,13 @@ class ModelSignature:
             reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
             return TensorSpec(t.name, config_to_wire(mc.DataType.Name(t.data_type)), tuple(t.dims), reshape, optional)
 
+        inputs = {t.name: spec(t, t.optional) for t in config.input}
         return cls(
             name=config.name,
             max_batch_size=config.max_batch_size,
-            inputs={t.name: spec(t, t.optional) for t in config.input},
+            inputs=inputs,
             outputs={t.name: spec(t, False) for t in config.output},
+            required=frozenset(name for name, s in inputs.items() if not s.optional),
         )
 
     def full_dims(self, spec: TensorSpec) -> list[int]:
@@ -62,8 +65,8 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
     for name in inputs:
         if name not in sig.inputs:
             raise invalid(f"unexpected inference input {quote_name(name)} for model '{sig.name}'")
-    missing = [n for n, spec in sig.inputs.items() if n not in inputs and not spec.optional]
-    if missing:
+    if not sig.required <= inputs.keys():  # (a set comparison in C: no list made per request)
+        missing = [n for n, spec in sig.inputs.items() if n not in inputs and not spec.optional]
         raise invalid(
             f"expected {len(sig.inputs)} inputs but got {len(inputs)} inputs for model '{sig.name}'. "
             f"Got input(s) {bounded(str(sorted(inputs)), NAME_LIMIT)}, but missing required input(s) {missing}. "
@@ -93,7 +96,8 @@ def check_inputs(sig: ModelSignature, inputs: Mapping[str, Tensor], declared: Ma
                 )
             batch = shape[0]
         # full_dims is [-1, *dims] with batching: the batch dimension, checked above, matches whatever it is
-        if not _shape_matches(spec.dims, shape[1:] if sig.max_batch_size > 0 else shape):
+        dims = shape[1:] if sig.max_batch_size > 0 else shape
+        if dims != spec.dims and not _shape_matches(spec.dims, dims):
             raise invalid(
                 f"unexpected shape for input {quote_name(name)} for model '{sig.name}'. "
                 f"Expected {sig.full_dims(spec)}, got {list(shape)}"
