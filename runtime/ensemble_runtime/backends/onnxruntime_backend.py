@@ -65,6 +65,9 @@ class OnnxInstance:
         self._batched = batched
         self._gpu = gpu  # CUDA device of a GPU session: run with IO binding
         self._outputs = [o.name for o in session.get_outputs()]
+        # numeric tensors only, in and out: ORT takes and gives numpy arrays as they are (no STRING conversion)
+        self._plain_in = all(_numeric(i.type) for i in session.get_inputs())
+        self._plain_out = all(_numeric(o.type) for o in session.get_outputs())
         self._typical_s = 1.0  # moving average of execution time; starts high: the pool until measured
 
     def runs_inline(self) -> bool:
@@ -73,6 +76,8 @@ class OnnxInstance:
 
     def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         """`execute` on the caller's thread, wherever `runs_inline` says: one result per request."""
+        if self._plain_in:  # no STRING input: nothing to check
+            return self._run_all(requests)
         refused = {i: err for i, r in enumerate(requests) if (err := _not_utf8(r.inputs)) is not None}
         if refused:  # only those requests fail; the others of the batch run
             good = [r for i, r in enumerate(requests) if i not in refused]
@@ -100,25 +105,23 @@ class OnnxInstance:
         except Exception as exc:
             return [exc] * len(requests)
 
-    def _timed(self, started: float) -> None:
-        elapsed = time.perf_counter() - started
-        self._typical_s += _EWMA_WEIGHT * (elapsed - self._typical_s)
-
     def _run(self, inputs: Any) -> dict[str, Tensor]:
         started = time.perf_counter()
         try:
             return self._run_session(inputs)
         finally:
-            self._timed(started)
+            self._typical_s += _EWMA_WEIGHT * (time.perf_counter() - started - self._typical_s)
 
     def _run_session(self, inputs: Any) -> dict[str, Tensor]:
-        feeds = {name: _to_ort(array) for name, array in inputs.items()}
+        feeds = dict(inputs) if self._plain_in else {name: _to_ort(array) for name, array in inputs.items()}
         try:
             if self._gpu is not None and bindable(feeds):
                 return io_binding_run(self._session, feeds, self._outputs, "cuda", self._gpu)
             values = self._session.run(self._outputs, feeds)
         except Exception as exc:
             raise internal(f"onnxruntime failed running model '{self._name}': {exc}") from None
+        if self._plain_out:  # numpy arrays already
+            return dict(zip(self._outputs, values, strict=True))
         return {name: _from_ort(value) for name, value in zip(self._outputs, values, strict=True)}
 
     async def close(self) -> None:
@@ -159,6 +162,11 @@ def _not_utf8(inputs: Mapping[str, Tensor]) -> InferenceError | None:
                         f"{exc.start}): ONNX Runtime string tensors hold UTF-8 text"
                     )
     return None
+
+
+def _numeric(ort_type: str) -> bool:
+    """Whether an ORT input or output type ('tensor(float)', 'tensor(string)', 'seq(...)') is a numeric tensor."""
+    return ort_type.startswith("tensor(") and ort_type != "tensor(string)"
 
 
 def _to_ort(array: Tensor) -> Tensor:
