@@ -23,6 +23,7 @@ from ensemble_runtime.backends.python.threads import CallQueue, InstanceThread
 from ensemble_runtime.dtypes import numpy_to_wire
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate
 from ensemble_runtime.inference import BackendRequest, BackendResult
+from ensemble_runtime.inference import Tensor as Array
 from ensemble_runtime.responses import StreamItem
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,8 @@ class PythonInstance:
                 f"model '{self._name}': execute() returned {len(responses)} responses for {len(requests)} requests"
             )
             return [failure] * len(requests)
+        if len(requests) == 1:  # (the common case, without a comprehension's call)
+            return [self._result(requests[0], responses[0])]
         return [self._result(request, response) for request, response in zip(requests, responses, strict=True)]
 
     async def _execute_decoupled(self, requests: Sequence[BackendRequest], ran: RunTimes | None,
@@ -266,10 +269,11 @@ class PythonInstance:
         for tensor in response.output_tensors():
             if wanted and tensor.name() not in wanted:
                 continue
-            mismatch = self._type_mismatch(tensor)
+            array = tensor.as_numpy()
+            mismatch = self._type_mismatch(tensor.name(), array)
             if mismatch:
                 return StreamItem(error=internal(mismatch), final=final)
-            outputs[tensor.name()] = tensor.as_numpy()
+            outputs[tensor.name()] = array
         return StreamItem(outputs=outputs, final=final)
 
     def _result(self, request: BackendRequest, response: Any) -> BackendResult:
@@ -291,23 +295,22 @@ class PythonInstance:
                     f"model '{self._name}': the response has no output '{name}' "
                     f"(it has: {', '.join(produced) or 'none'})"
                 )
-            mismatch = self._type_mismatch(tensor)
-            if mismatch:
-                return internal(mismatch)
-            outputs[name] = tensor.as_numpy()
+            array = tensor.as_numpy()
+            expected = self._output_types.get(name)
+            if expected is not None and numpy_to_wire(array.dtype) != expected:  # (checked inline: per request)
+                return internal(self._type_mismatch(name, array))
+            outputs[name] = array
         return outputs
 
-    def _type_mismatch(self, tensor: Tensor) -> str:
-        expected = self._output_types.get(tensor.name())
+    def _type_mismatch(self, name: str, array: Array) -> str:
+        """Why output `name` does not have the type the config declares for it ('' if it does)."""
+        expected = self._output_types.get(name)
         if expected is None:
             return ""
-        actual = numpy_to_wire(tensor.as_numpy().dtype)
+        actual = numpy_to_wire(array.dtype)
         if actual == expected:
             return ""
-        return (
-            f"model '{self._name}': output '{tensor.name()}' has data type {actual} but the model config "
-            f"declares {expected}"
-        )
+        return f"model '{self._name}': output '{name}' has data type {actual} but the model config declares {expected}"
 
     def discard(self) -> None:
         """Drop an instance whose `initialize` failed, without calling `finalize`."""
