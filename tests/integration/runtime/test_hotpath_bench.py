@@ -33,3 +33,22 @@ def test_hotpath_micro_measures_both_paths(tmp_path: Path, inline: bool) -> None
         row = per_server["this"]
         assert row["cpu_us_per_req"] > 0 and row["wall_us_per_req"] > 0, (case, row)
     assert results["chain2@then"]["this"]["without_task"] == 1.0
+
+
+def test_call_count_counts_the_loop_and_the_model_threads(tmp_path: Path) -> None:
+    """bench/call_count.py at a tiny size: a python ensemble's calls are counted on the loop and on each step's
+    model thread (the hook reaches the threads the models start), with the most frequent calls named."""
+    out = tmp_path / "call_count.json"
+    run = subprocess.run(
+        [sys.executable, "bench/call_count.py", "--workload", "chain2", "--count", "20", "--top", "3",
+         "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    row = json.loads(out.read_text())["chain2"]["this"]
+    threads = row["by_thread"]
+    assert threads["MainThread"] > 0
+    assert sorted(t for t in threads if t.startswith("py-")) == ["py-add_one_0_0_0", "py-add_one_1_0_0"]
+    assert all(threads[t] > 0 for t in threads)
+    assert abs(row["calls_per_request"] - sum(threads.values())) < 0.5  # each figure rounded on its own
+    assert len(row["top"]) == 3
