@@ -42,25 +42,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def count_child(root: Path, model: str, count: int, top: int) -> dict[str, Any]:
     """In this process: calls per request of `count` requests for `model`, by thread and by function."""
-    import asyncio
-
     import uvloop
-    from ensemble_runtime.protocol import grpc_codec
     from ensemble_runtime.server import build_dataplane, default_backends
     from ensemble_runtime.settings import parse_settings
-    from tritonclient.grpc import service_pb2 as pb
 
-    from bench.hotpath import _inputs
+    from bench.hotpath import infer_request, then_or_infer
 
-    request = pb.ModelInferRequest(model_name=model)
-    for item in _inputs(model):
-        tensor = item._get_tensor()
-        if model.startswith("add_one"):
-            tensor.name = "X"
-        elif model.startswith("chain"):
-            tensor.name = "IN"
-        request.inputs.append(tensor)
-        request.raw_input_contents.append(item._get_content())
+    request = infer_request(model)
     calls: collections.Counter[tuple[str, str]] = collections.Counter()
     counting = [False]
 
@@ -78,21 +66,7 @@ def count_child(root: Path, model: str, count: int, top: int) -> dict[str, Any]:
         threading.setprofile(hook)  # before the model's threads start: they inherit it
         dataplane = build_dataplane(parse_settings([f"--model-repository={root}"]), default_backends())
         await dataplane.manager.load([model])
-        loop = asyncio.get_running_loop()
-
-        async def one() -> None:
-            decoded, declared = grpc_codec.decode_request(request)
-            answered: asyncio.Future[object] = loop.create_future()
-
-            def answer(outcome: object) -> None:  # on the thread that ran the request
-                loop.call_soon_threadsafe(answered.set_result, outcome)
-
-            if not dataplane.infer_then(decoded, declared, answer):
-                await dataplane.infer(decoded, declared)
-                return
-            if isinstance(outcome := await answered, Exception):
-                raise outcome
-
+        one = then_or_infer(dataplane, request)
         for _ in range(300):  # an ONNX model runs inline once it has shown it is fast
             await one()
         sys.setprofile(hook)
