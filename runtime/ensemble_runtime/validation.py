@@ -30,7 +30,7 @@ class ModelSignature:
     max_batch_size: int
     inputs: Mapping[str, TensorSpec]
     outputs: Mapping[str, TensorSpec]
-    required: frozenset[str] = frozenset()  # the inputs that are not optional
+    required: frozenset[str]  # the inputs that are not optional
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> ModelSignature:
