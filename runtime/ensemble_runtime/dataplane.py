@@ -277,9 +277,9 @@ class DataPlane:
         if graph.decoupled:
             return False
         steps = dict(ensemble.steps)  # one version set for the whole request
-        described = ensemble.describe()
         if not steps or not StepCalls.can_run(steps):
             return False
+        described = ensemble.describe()
         admitted = self._admit(lv, request, declared, None)
         calls = StepCalls(steps, ComputeTimes(), asyncio.get_running_loop(), self._step_tasks)
         queued = time.perf_counter_ns()

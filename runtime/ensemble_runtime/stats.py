@@ -65,7 +65,7 @@ class ModelStats:
     def record_request(self, batch_size: int, queue_ns: int, compute: ComputeTimes) -> None:
         """A request that succeeded: its inferences, its time in the queue and its execution's compute phases."""
         self.inference_count += max(1, batch_size)
-        _add(self.queue, queue_ns)
+        self.queue.add(queue_ns)
         _add_compute(self.compute_input, self.compute_infer, self.compute_output, compute)
 
     def record_execution(self, batch_size: int, compute: ComputeTimes, now_ms: int) -> None:
@@ -93,11 +93,6 @@ class ModelStats:
         if stat is None:
             stat = self.batches[batch] = BatchStat()
         _add_compute(stat.compute_input, stat.compute_infer, stat.compute_output, compute)
-
-
-def _add(duration: Duration, ns: int) -> None:
-    duration.count += 1
-    duration.ns += ns
 
 
 def _add_compute(into_input: Duration, into_infer: Duration, into_output: Duration, compute: ComputeTimes) -> None:
