@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::idle_policy::{Counted, InFlight};
+
 /// How long the answer of a connection that gave way may take to leave once it is ready.
 pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
 
@@ -156,23 +158,24 @@ impl Busy {
     }
 }
 
-/// The requests of one gRPC stream being answered, each counted in its connection's [`Busy`].
+/// The requests of one gRPC stream being answered, each counted in its connection's [`Busy`] and in its core's
+/// calls in flight ([`InFlight`]: the policy the core's threads park under, crate::idle_policy).
 #[derive(Clone)]
 pub struct StreamRequests(Arc<StreamState>);
 
 struct StreamState {
     busy: Busy,
-    /// Whether its requests count (a ModelStreamInfer's; a health Watch's do not: it answers none of them).
-    counted: bool,
-    answering: Mutex<Vec<Answering>>,
+    /// Where its requests count (a ModelStreamInfer's; a health Watch's do not: it answers none of them).
+    counted: Option<InFlight>,
+    answering: Mutex<Vec<(Answering, Counted)>>,
     settled: Notify,
     /// The stream itself gave way (to a stream from another address, crate::budget).
     leaving: Flag,
 }
 
 impl StreamRequests {
-    /// `counted`: whether its requests hold the connection until they are answered.
-    pub fn new(busy: Busy, counted: bool) -> Self {
+    /// `counted`: where its requests count in flight, if they hold the connection until they are answered.
+    pub fn new(busy: Busy, counted: Option<InFlight>) -> Self {
         Self(Arc::new(StreamState {
             busy,
             counted,
@@ -184,10 +187,10 @@ impl StreamRequests {
 
     /// The core read one more request of the stream.
     pub fn taken(&self) {
-        if !self.0.counted {
+        let Some(in_flight) = self.0.counted.as_ref() else {
             return;
-        }
-        let entered = self.0.busy.enter();
+        };
+        let entered = (self.0.busy.enter(), in_flight.enter());
         self.answering().push(entered);
     }
 
@@ -232,7 +235,7 @@ impl StreamRequests {
         until(&self.0.settled, || self.answering().is_empty()).await;
     }
 
-    fn answering(&self) -> std::sync::MutexGuard<'_, Vec<Answering>> {
+    fn answering(&self) -> std::sync::MutexGuard<'_, Vec<(Answering, Counted)>> {
         self.0.answering.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -331,7 +334,7 @@ mod tests {
     #[test]
     fn a_stream_gives_way_once_left_and_its_requests_answered() {
         let busy = Busy::default();
-        let requests = StreamRequests::new(busy.clone(), true);
+        let requests = StreamRequests::new(busy.clone(), Some(InFlight::default()));
         requests.taken();
         requests.taken();
         assert!(busy.any());
@@ -348,10 +351,31 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_request_is_in_flight_from_read_to_answered_and_a_watch_never() {
+        let (busy, in_flight) = (Busy::default(), InFlight::default());
+        let requests = StreamRequests::new(busy.clone(), Some(in_flight.clone()));
+        let unary = in_flight.enter();
+        requests.taken();
+        requests.taken();
+        drop(unary);
+        assert!(!in_flight.idle());
+        requests.answered();
+        assert!(!in_flight.idle()); // one still being answered
+        requests.answered();
+        assert!(in_flight.idle());
+        requests.taken();
+        requests.clear(); // the stream ended with a request unanswered
+        assert!(in_flight.idle() && !busy.any());
+        let watch = StreamRequests::new(busy.clone(), None);
+        watch.taken();
+        assert!(in_flight.idle() && !busy.any());
+    }
+
+    #[test]
     fn a_stream_without_requests_gives_way_at_once_and_an_ended_one_frees_its_connection() {
         let busy = Busy::default();
-        let quiet = StreamRequests::new(busy.clone(), true);
-        let ended = StreamRequests::new(busy.clone(), true);
+        let quiet = StreamRequests::new(busy.clone(), Some(InFlight::default()));
+        let ended = StreamRequests::new(busy.clone(), Some(InFlight::default()));
         ended.taken();
         let (mut quiet_gone, mut left) = (Box::pin(quiet.gave_way()), Box::pin(busy.left()));
         assert!(!ready(&mut quiet_gone) && !ready(&mut left));
@@ -367,8 +391,8 @@ mod tests {
     fn a_stream_that_gives_way_itself_answers_what_it_read_and_holds_its_connection_meanwhile() {
         let busy = Busy::default();
         let (leaving, staying) = (
-            StreamRequests::new(busy.clone(), true),
-            StreamRequests::new(busy.clone(), true),
+            StreamRequests::new(busy.clone(), Some(InFlight::default())),
+            StreamRequests::new(busy.clone(), Some(InFlight::default())),
         );
         leaving.taken();
         let (mut left, mut gave_way) = (Box::pin(leaving.left()), Box::pin(leaving.gave_way()));

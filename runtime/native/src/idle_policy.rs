@@ -10,17 +10,18 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// The calls a core has taken and not answered yet.
+/// The calls a core has taken and not answered yet: unary calls, and the requests of its ModelStreamInfer
+/// streams (crate::busy::StreamRequests) from when the core reads each until its last response is handed over.
 #[derive(Clone, Default)]
 pub struct InFlight(Arc<AtomicUsize>);
 
 /// One call counted in flight until it is dropped (answered, failed or cancelled).
-pub struct Counted<'a>(&'a AtomicUsize);
+pub struct Counted(Arc<AtomicUsize>);
 
 impl InFlight {
-    pub fn enter(&self) -> Counted<'_> {
+    pub fn enter(&self) -> Counted {
         self.0.fetch_add(1, Ordering::Relaxed);
-        Counted(&self.0)
+        Counted(self.0.clone())
     }
 
     pub fn idle(&self) -> bool {
@@ -28,7 +29,7 @@ impl InFlight {
     }
 }
 
-impl Drop for Counted<'_> {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }

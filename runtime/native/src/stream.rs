@@ -214,7 +214,7 @@ impl StreamingService<Bytes> for StreamHandler {
             };
             let (gone_tx, gone) = oneshot::channel();
             let want = Arc::new(Semaphore::new(0));
-            let counted = path == MODEL_STREAM_INFER;
+            let counted = (path == MODEL_STREAM_INFER).then(|| core.in_flight.clone());
             let held = busy.as_ref().map(Busy::stream);
             let requests = busy.map(|busy| StreamRequests::new(busy, counted));
             let ending = requests

@@ -1,7 +1,8 @@
 """`--thread-policy` on a real runtime process: by default every thread it runs (the event loop, the native cores'
 threads, model instances' threads, the event loop's workers) keeps the policy the process was started with, after
 real requests over both protocols; with `batch`, each is SCHED_BATCH, but for the native cores' threads, which
-wait for the next request under the default policy once every call is answered (runtime/native/src/idle_policy.rs).
+wait for the next request under the default policy once every call is answered, and under SCHED_BATCH while a
+unary call or a request a stream read is being answered (runtime/native/src/idle_policy.rs).
 And each stays on the CPUs the process was started on: ONNX Runtime's own default would pin a thread to every core
 of the machine."""
 
@@ -91,6 +92,76 @@ def test_batch_puts_every_thread_under_sched_batch_but_idle_cores(repository: Pa
                 break
             time.sleep(0.05)
         _check(threads, os.SCHED_BATCH, proc.pid, idle_cores=os.SCHED_OTHER)
+
+
+def _cores_until(proc: RuntimeProcess, policy: int, deadline: float) -> None:
+    """Wait until every thread of the native gRPC core is under `policy` (a core's thread switches as it parks; the
+    HTTP core's, with nothing in flight, stay under the default policy)."""
+    while True:
+        threads = _threads(proc.pid)
+        cores = [p for name, p in threads if name == "grpc-core"]
+        if cores and all(p == policy for p in cores):
+            return
+        assert time.monotonic() < deadline, (policy, threads)
+        time.sleep(0.05)
+
+
+def _held_inputs() -> list[grpcclient.InferInput]:
+    x = grpcclient.InferInput("X", [1], "FP32")
+    x.set_data_from_numpy(np.array([7], np.float32))
+    return [x]
+
+
+def test_batch_cores_wait_under_sched_batch_while_a_call_or_a_stream_request_is_answered(
+    repository: Path, held_repository: Path, held_dir: Path
+) -> None:
+    """While a call is being answered, a core's thread waits under SCHED_BATCH (its next wake-up is most likely the
+    runtime's own answer), whether the call is unary or a request a ModelStreamInfer read; once it is answered,
+    under the default policy again, though the stream stays open. Before, a stream's requests did not count: the
+    cores waited under the default policy however many a stream had in flight."""
+    with RuntimeProcess([repository, held_repository], ["--strict-readiness=false", "--thread-policy=batch"],
+                        env={"HELD_MODEL_DIR": str(held_dir)}) as proc:
+        proc.wait_model_ready("py_held")
+        deadline = time.monotonic() + 60
+        answers: list[Any] = []
+        with proc.grpc_client() as client:
+            _hold_again(held_dir)
+            client.async_infer("py_held", _held_inputs(), callback=lambda result, error: answers.append(error or result))
+            _wait_file(held_dir / "started", deadline)
+            _cores_until(proc, os.SCHED_BATCH, deadline)  # the unary call is in flight
+            _release_and_check(held_dir, answers, deadline)
+            _cores_until(proc, os.SCHED_OTHER, deadline)
+
+            _hold_again(held_dir)
+            client.start_stream(callback=lambda result, error: answers.append(error or result))
+            try:
+                client.async_stream_infer("py_held", _held_inputs(), request_id="held")
+                _wait_file(held_dir / "started", deadline)
+                _cores_until(proc, os.SCHED_BATCH, deadline)  # the stream's request is in flight
+                _release_and_check(held_dir, answers, deadline)
+                _cores_until(proc, os.SCHED_OTHER, deadline)  # answered; the stream is still open
+            finally:
+                client.stop_stream()
+
+
+def _hold_again(held_dir: Path) -> None:
+    for name in ("started", "release"):
+        (held_dir / name).unlink(missing_ok=True)
+
+
+def _release_and_check(held_dir: Path, answers: list[Any], deadline: float) -> None:
+    """Let `py_held` answer, and check the answer (X = 7 comes back)."""
+    (held_dir / "release").write_text("")
+    while not answers:
+        assert time.monotonic() < deadline, "never answered"
+        time.sleep(0.01)
+    np.testing.assert_array_equal(answers.pop().as_numpy("Y"), [7])
+
+
+def _wait_file(path: Path, deadline: float) -> None:
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
