@@ -210,6 +210,26 @@ class _Attrs(dict[str, Any]):
         return value
 
 
+def test_any_pixels_get_scores(server: ServerProcess) -> None:
+    """perf_analyzer's default data for `densenet_onnx` is random bits, NaNs and infinities among them. The model
+    answers such an image as it answers any (there: as an all-zero image), as DenseNet would; before, the stand-in
+    failed it with `cannot convert float NaN to integer` (and an infinity with an OverflowError)."""
+    with server.grpc_client() as client:
+        def scores(image: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+            tensor = grpcclient.InferInput("data_0", list(image.shape), "FP32")
+            tensor.set_data_from_numpy(image)
+            out: npt.NDArray[np.float32] | None = client.infer(MODEL, [tensor]).as_numpy("fc6_1")
+            assert out is not None and out.shape == (CLASSES,)
+            return out
+
+        zero = scores(np.zeros((3, 224, 224), np.float32))
+        for odd in (np.nan, np.inf, -np.inf):
+            image = np.ones((3, 224, 224), np.float32)
+            image[1, 2:, 7] = odd
+            np.testing.assert_array_equal(scores(image), zero)
+        assert not np.array_equal(scores(np.ones((3, 224, 224), np.float32)), zero)  # a finite image keys its own
+
+
 # ---- the classification extension beyond the examples: batches, JSON, refusals -----------------------
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
