@@ -54,6 +54,13 @@ class Settings(BaseSettings):
             "limits": dict(RuntimeDefaults().limits),
         }
     )
+    default_grpc_max_connection_age_seconds: int = Field(
+        default=RuntimeDefaults().grpc_max_connection_age_seconds,
+        ge=0,
+        lt=2**31,
+        description="the runtime pods' --grpc-max-connection-age-secs where an Ensemble's extraArgs do not set it, "
+        "so that a client's next calls reach replicas added since it connected; 0: connections never age",
+    )
     allowed_runtime_images: list[str] = Field(
         default_factory=list,
         description="image repositories an Ensemble's spec.runtime.image may name (an entry ending in '/' allows "
@@ -99,6 +106,7 @@ class Settings(BaseSettings):
             image_pull_policy=self.default_runtime_image_pull_policy,
             requests=dict(res.get("requests", {})),
             limits=dict(res.get("limits", {})),
+            grpc_max_connection_age_seconds=self.default_grpc_max_connection_age_seconds,
             control_key=self.control_key.get_secret_value(),
             network_policy=NetworkPolicySettings(
                 enabled=self.network_policy_enabled,

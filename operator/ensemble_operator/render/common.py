@@ -50,6 +50,13 @@ class NetworkPolicySettings:
     extra_inference_peers: list[dict[str, Any]] = field(default_factory=list)  # NetworkPolicyPeer objects
 
 
+# A gRPC client keeps its connection, so the replicas an Ensemble scales out to would take none of its calls: the
+# runtime ends a connection about this old with a GOAWAY (its calls answered, its streams going on until their
+# clients end them), and the client's next calls go through the Service again, to any replica.
+DEFAULT_GRPC_MAX_CONNECTION_AGE_SECONDS = 300
+MAX_CONNECTION_AGE_FLAG = "--grpc-max-connection-age-secs"
+
+
 @dataclass(frozen=True)
 class RuntimeDefaults:
     """Operator-wide defaults for what an Ensemble leaves unset (from the operator settings)."""
@@ -59,6 +66,8 @@ class RuntimeDefaults:
     requests: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "4Gi"})
     limits: dict[str, str] = field(default_factory=lambda: {"memory": "8Gi"})
     pre_stop_sleep_seconds: int = 5
+    # the runtime's --grpc-max-connection-age-secs where an Ensemble's extraArgs do not set it (0: never)
+    grpc_max_connection_age_seconds: int = DEFAULT_GRPC_MAX_CONNECTION_AGE_SECONDS
     # the operator's key for the pods' control tokens (render/control.py); "" leaves the pods' APIs open
     control_key: str = field(default="", repr=False)
     network_policy: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)

@@ -9,6 +9,7 @@ from ..api.v1alpha1 import Ensemble, Model
 from .common import (
     GRPC_PORT,
     HTTP_PORT,
+    MAX_CONNECTION_AGE_FLAG,
     METRICS_PORT,
     RESTART_HASH_ANNOTATION,
     Manifest,
@@ -37,8 +38,14 @@ def _cpu_limit_env() -> dict[str, Any]:
     return {"name": CPU_LIMIT_ENV, "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}}
 
 
-def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
-    """The runtime's flags; `restricted`: its control APIs need the per-Ensemble token (render/control.py)."""
+def sets_flag(args: list[str], flag: str) -> bool:
+    """Whether `args` set `flag` (`--flag value` or `--flag=value`)."""
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in args)
+
+
+def runtime_args(ensemble: Ensemble, restricted: bool = False, max_connection_age_seconds: int = 0) -> list[str]:
+    """The runtime's flags; `restricted`: its control APIs need the per-Ensemble token (render/control.py);
+    `max_connection_age_seconds`: the gRPC connections' age where the Ensemble's extraArgs do not set one."""
     rt = ensemble.spec.runtime
     args = [
         "--repository-config",
@@ -69,7 +76,10 @@ def runtime_args(ensemble: Ensemble, restricted: bool = False) -> list[str]:
         args += ["--memory-policy", rt.memory_policy or "drain-then-swap"]
     if restricted:
         args += control_args()
-    return args + list(rt.extra_args)
+    extra = list(rt.extra_args)
+    if max_connection_age_seconds > 0 and not sets_flag(extra, MAX_CONNECTION_AGE_FLAG):
+        args += [MAX_CONNECTION_AGE_FLAG, str(max_connection_age_seconds)]
+    return args + extra
 
 
 def _resources(ensemble: Ensemble, defaults: RuntimeDefaults) -> dict[str, dict[str, str]]:
@@ -141,7 +151,11 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
         "image": rt.image or defaults.image,
         "imagePullPolicy": rt.image_pull_policy or defaults.image_pull_policy,
         "command": ["ensemble-runtime"],
-        "args": runtime_args(ensemble, restricted=bool(defaults.control_key)),
+        "args": runtime_args(
+            ensemble,
+            restricted=bool(defaults.control_key),
+            max_connection_age_seconds=defaults.grpc_max_connection_age_seconds,
+        ),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},

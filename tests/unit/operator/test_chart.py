@@ -41,6 +41,8 @@ def test_values_schema_accepts_values_yaml() -> None:
         (("webhook", "failurePolicy"), "Maybe"),
         (("runtime", "resources", "limits", "memory"), "lots"),
         (("typoKey",), True),
+        (("runtime", "grpcMaxConnectionAgeSeconds"), -1),
+        (("runtime", "grpcMaxConnectionAgeSeconds"), "5m"),
     ],
 )
 def test_values_schema_rejects_bad_values(path: tuple[str, ...], bad: Any) -> None:
@@ -165,3 +167,4 @@ def test_helm_template_control_key_rbac_and_network_policy_setting(
     policy = settings.runtime_defaults().network_policy
     assert policy.enabled and policy.operator_namespace == "ops"
     assert policy.operator_pod_labels["app.kubernetes.io/instance"] == "ens"
+    assert settings.runtime_defaults().grpc_max_connection_age_seconds == 300  # the chart's default, as a value

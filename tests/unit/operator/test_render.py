@@ -100,6 +100,36 @@ def test_golden_minimal(ensemble: Ensemble, models: dict[str, Model]) -> None:
     assert deployment["spec"]["replicas"] == 1
 
 
+def _age_flags(args: list[str]) -> list[str]:
+    """The values --grpc-max-connection-age-secs is given in `args`, in either form."""
+    flag = "--grpc-max-connection-age-secs"
+    return [args[i + 1] if arg == flag else arg.split("=", 1)[1]
+            for i, arg in enumerate(args) if arg == flag or arg.startswith(f"{flag}=")]
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "default_age", "given"),
+    [
+        ([], 300, ["300"]),  # the operator's default (the chart's value)
+        ([], 0, []),  # the operator's setting turned it off
+        (["--grpc-max-connection-age-secs", "60"], 300, ["60"]),
+        (["--grpc-max-connection-age-secs=0"], 300, ["0"]),  # the Ensemble turned it off
+    ],
+)
+def test_grpc_connections_age_unless_the_ensemble_sets_it(
+    ensemble: Ensemble, models: dict[str, Model], extra_args: list[str], default_age: int, given: list[str]
+) -> None:
+    """A gRPC client keeps its connection; with an age the runtime ends it with a GOAWAY, so that the client's next
+    calls reach replicas added since. The Ensemble's own flag, in either form, wins and is passed once."""
+    runtime = ensemble.spec.runtime.model_copy(update={"extra_args": extra_args})
+    changed = ensemble.model_copy(update={"spec": ensemble.spec.model_copy(update={"runtime": runtime})})
+    defaults = dataclasses.replace(DEFAULTS, grpc_max_connection_age_seconds=default_age)
+    deployment = _kinds(plan_ensemble(changed, models, defaults).apply)["Deployment/image-pipeline"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert _age_flags(container["args"]) == given, container["args"]
+    assert container["args"][len(container["args"]) - len(extra_args):] == extra_args  # the Ensemble's, last
+
+
 def test_deployment_contract(ensemble: Ensemble, models: dict[str, Model]) -> None:
     objs = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)
     dep = objs["Deployment/image-pipeline"]
