@@ -70,6 +70,9 @@ def test_response_accessors() -> None:
 def test_request_parameters_and_response_sender() -> None:
     request = pb_utils.InferenceRequest(model_name="m", requested_output_names=["Y"], parameters='{"k": 1}')
     assert json.loads(request.parameters()) == {"k": 1}
+    # compact, as Triton's stub writes it (a model that echoes it answers the same on both servers)
+    assert pb_utils.InferenceRequest(model_name="m", parameters={"k": 1, "s": "a b"}).parameters() == '{"k":1,"s":"a b"}'
+    assert pb_utils.InferenceResponse(parameters={"t": True}).parameters() == '{"t":true}'
     assert request.requested_output_names() == ["Y"]
     with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
         request.get_response_sender()

@@ -113,7 +113,7 @@ class InferenceResponse:
         return self._error
 
     def parameters(self) -> str:
-        return json.dumps(self._parameters)
+        return json.dumps(self._parameters, separators=(",", ":"))  # compact, as the stub writes it
 
 
 class InferenceRequest:
@@ -167,7 +167,7 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self) -> str:
-        return json.dumps(self._parameters)
+        return json.dumps(self._parameters, separators=(",", ":"))  # compact, as the stub writes it
 
     def is_cancelled(self) -> bool:
         return False
