@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING
 
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.streaming import stream_ensemble
-from ensemble_runtime.errors import unavailable
+from ensemble_runtime.errors import InferenceError, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
 from ensemble_runtime.responses import ResponseChannel, StreamItem, StreamResponse
@@ -72,18 +73,37 @@ async def infer_stream(
 async def model_items(
     lv: LoadedVersion, request: BackendRequest, channel: ResponseChannel | None = None
 ) -> AsyncGenerator[StreamItem, None]:
-    """What a decoupled model sends for `request`, up to its final flag. Closing the generator early (the
-    client went away) cancels the channel: the model sees `is_cancelled()`, later sends are dropped."""
+    """What a decoupled model sends for `request`, up to its final flag, each item as soon as it is sent: the call
+    runs while its channel is read, so what `execute` sends before it returns is not held until it does. A call the
+    scheduler refuses (before `execute`) raises here. Closing the generator early (the client went away) cancels
+    the channel: the model sees `is_cancelled()`, later sends are dropped; the call runs on to its end."""
     scheduler = lv.scheduler
     if scheduler is None:
         raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
     channel = channel or ResponseChannel(asyncio.get_running_loop())
+    call = asyncio.ensure_future(scheduler.submit(dataclasses.replace(request, responses=channel)))
+    refused: list[BaseException] = []
+    call.add_done_callback(functools.partial(_end_refused, channel, refused))
     try:
-        await scheduler.submit(dataclasses.replace(request, responses=channel))
         async for item in channel.items():
+            if refused and item.error is refused[0]:
+                raise item.error
             yield item
     finally:
         channel.cancel()
+
+
+def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: asyncio.Future[object]) -> None:
+    """A call that ended in an error (the scheduler refused it: nothing ran, nothing was sent) ends its channel
+    with it, for `model_items` to raise."""
+    error = None if call.cancelled() else call.exception()
+    if isinstance(error, InferenceError):
+        refused.append(error)
+        channel.put(StreamItem(error=error, final=True))
+    elif error is not None:
+        wrapped = internal(f"model call failed: {type(error).__name__}: {error}")
+        refused.append(wrapped)
+        channel.put(StreamItem(error=wrapped, final=True))
 
 
 async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[StreamResponse, None]:
