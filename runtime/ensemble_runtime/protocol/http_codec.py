@@ -92,7 +92,7 @@ def parse_json(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]
     return value
 
 
-def _parameters(raw: object, kind: str, name: str = "") -> dict[str, ParamValue]:
+def json_parameters(raw: object, kind: str, name: str = "") -> dict[str, ParamValue]:
     """The `parameters` object of the request (`kind` "the request") or of an input or output `name`."""
     if raw is None:
         return {}
@@ -218,7 +218,7 @@ def _input_tensor(
     if not isinstance(wire, str) or wire not in _DATATYPES:
         raise invalid(f"input {quote_name(name)} has unknown or unsupported datatype {quote_name(str(wire))}")
     shape = _shape(name, item.get("shape"))
-    params = _parameters(item.get("parameters"), "input", name)
+    params = json_parameters(item.get("parameters"), "input", name)
     ref = _shm_ref("input", name, params, shm)
     if ref is not None and shm is not None:
         if "data" in item or "binary_data_size" in params:
@@ -252,7 +252,7 @@ def _outputs(raw: object, shm: SharedMemoryRegistry | None = None) -> dict[str, 
             raise invalid(f"outputs[{index}] has no 'name'")
         if name in requested:
             raise invalid(f"output {quote_name(name)} is requested more than once")
-        params = requested[name] = _parameters(item.get("parameters"), "output", name)
+        params = requested[name] = json_parameters(item.get("parameters"), "output", name)
         ref = _shm_ref("output", name, params, shm)
         if ref is not None and shm is not None:
             check_output(shm, ref)
@@ -273,7 +273,7 @@ def decode_infer_request(
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
         raise invalid("request 'id' must be a string")
-    parameters = _parameters(header.get("parameters"), "the request")
+    parameters = json_parameters(header.get("parameters"), "the request")
     binary_default = parameters.pop("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise invalid("request parameter 'binary_data_output' must be a boolean")
@@ -299,21 +299,17 @@ def decode_infer_request(
     return DecodedInfer(request, declared, binary_default)
 
 
-def _json_data(name: str, wire: str, array: Tensor) -> list[Any]:
+def json_data(name: str, wire: str, array: Tensor, remedy: str = "request it with 'binary_data': true") -> list[Any]:
+    """An output's values as JSON values, flat (row-major); `remedy` ends the message of a refusal."""
     flat = array.reshape(-1)
     if wire in _FLOATS and not np.isfinite(flat).all():
-        raise invalid(
-            f"output {quote_name(name)} holds NaN or infinity, which JSON cannot carry; "
-            "request it with 'binary_data': true"
-        )
+        raise invalid(f"output {quote_name(name)} holds NaN or infinity, which JSON cannot carry; {remedy}")
     if wire != "BYTES":
         return list(flat.tolist())
     try:
         return [item if isinstance(item, str) else bytes(item).decode() for item in flat]
     except UnicodeDecodeError:
-        raise invalid(
-            f"output {quote_name(name)} holds bytes that are not UTF-8 text; request it with 'binary_data': true"
-        ) from None
+        raise invalid(f"output {quote_name(name)} holds bytes that are not UTF-8 text; {remedy}") from None
 
 
 def _chunk(wire: str, array: Tensor) -> Chunk:
@@ -340,7 +336,7 @@ def encode_infer_parts(
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
-            entry["data"] = _json_data(name, wire, array)
+            entry["data"] = json_data(name, wire, array)
         outputs.append(entry)
     header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:

@@ -7,23 +7,27 @@ Bodies are handled by `http_codec`; statuses come from `status_codes`. Errors ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
-from ensemble_runtime.errors import InferenceError, bounded
+from ensemble_runtime.errors import InferenceError, bounded, invalid, quote_name
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.protocol import shared_memory_api, status_codes
 from ensemble_runtime.protocol._native import answer_coding
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
+from ensemble_runtime.protocol.http_generate import ONE_RESPONSE, SSE_CONTENT, generate_request, generate_response
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
 from ensemble_runtime.protocol.server_header import product_only
 from ensemble_runtime.repository_plane import RepositoryPlane
+from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.restrictions import Category, Restrictions
 from ensemble_runtime.shared_memory import SharedMemoryRegistry
 
@@ -168,6 +172,58 @@ class _Routes:
             out.enable_compression(force=web.ContentCoding(coding))
         return out
 
+    # ---- Triton's generate extension (http_generate) ------------------------------------------------------
+    async def _generate_request(self, request: web.Request) -> tuple[InferRequest, dict[str, str]]:
+        model, version = _target(request)
+        body = codec.parse_json(await self._json_body(request), f"the generate request for {quote_name(model)}")
+        lv = self._dp.registry.find(model, version)
+        return generate_request(body, self._dp.signature(lv), model, version)
+
+    async def _responses(self, request: web.Request) -> AsyncGenerator[StreamResponse, None]:
+        return self._dp.infer_stream(*await self._generate_request(request))
+
+    async def generate(self, request: web.Request) -> web.Response:
+        """Exactly one response, as JSON; a decoupled model that sends none or several is refused (from its
+        second response on, which stops the request)."""
+        answer: InferResponse | None = None
+        async with contextlib.aclosing(await self._responses(request)) as responses:
+            async for item in responses:
+                if item.error is not None:
+                    raise item.error
+                if item.response is not None:
+                    if answer is not None:
+                        raise invalid(ONE_RESPONSE)
+                    answer = item.response
+        if answer is None:
+            raise invalid(ONE_RESPONSE)
+        return _json(generate_response(answer))
+
+    async def generate_stream(self, request: web.Request) -> web.StreamResponse:
+        """Every response as a server-sent event (`data: {...}`), written as the model sends it. The status is
+        the first response's: an error before it is a JSON error as from any route; one after it is an event."""
+        async with contextlib.aclosing(await self._responses(request)) as responses:
+            first = await anext(responses, None)
+            while first is not None and first.response is None and first.error is None:  # the final flag alone
+                first = await anext(responses, None)
+            status = status_codes.HTTP_OK
+            if first is not None and first.error is not None:
+                status = status_codes.http_status(first.error.code)
+            out = web.StreamResponse(status=status, headers={"Content-Type": SSE_CONTENT})
+            await out.prepare(request)
+            item = first
+            while item is not None:
+                try:
+                    if item.error is not None:
+                        await out.write(_event({"error": bounded(item.error.message)}))
+                    elif item.response is not None:
+                        await out.write(_event(generate_response(item.response)))
+                    item = await anext(responses, None)
+                except InferenceError as exc:  # an output JSON cannot carry, or the request failed later on
+                    await out.write(_event({"error": bounded(exc.message)}))
+                    break
+            await out.write_eof()
+        return out
+
     # ---- repository ---------------------------------------------------------------------------------
     async def repository_index(self, request: web.Request) -> web.Response:
         ready_only = documents.index_ready_only(bytes(await self._json_body(request)))
@@ -186,6 +242,11 @@ class _Routes:
         codec.parse_json(await self._json_body(request), f"the unload request for '{model}'")
         await self._repo.unload(model)
         return web.Response(status=status_codes.HTTP_OK)
+
+
+def _event(obj: object) -> bytes:
+    """One server-sent event (the JSON is on one line: `dumps` escapes every line break)."""
+    return b"data: " + codec.dumps(obj) + b"\n\n"
 
 
 def _target(request: web.Request) -> tuple[str, str]:
@@ -209,6 +270,8 @@ def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
             ("GET", f"{base}/config", r.model_config, Category.MODEL_CONFIG),
             ("GET", f"{base}/stats", r.statistics, Category.STATISTICS),
             ("POST", f"{base}/infer", r.infer, Category.INFERENCE),
+            ("POST", f"{base}/generate", r.generate, Category.INFERENCE),
+            ("POST", f"{base}/generate_stream", r.generate_stream, Category.INFERENCE),
         ]
     routes += [
         ("POST", "/v2/repository/index", r.repository_index, Category.MODEL_REPOSITORY),

@@ -117,3 +117,39 @@ def echo_model(root: Path) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     _model(root, "echo", ECHO_CONFIG, {"1/model.onnx": model.SerializeToString()})
+
+
+GENERATE_CONFIGS = {
+    "echo_text": """
+backend: "python"
+max_batch_size: 0
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+""",
+    "numbers": """
+backend: "python"
+max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] },
+        { name: "k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+        { name: "flag" data_type: TYPE_BOOL dims: [ 1 ] optional: true } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "n" data_type: TYPE_INT64 dims: [ 1 ] },
+         { name: "described" data_type: TYPE_STRING dims: [ 1 ] } ]
+""",
+    "tokens": """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+        { name: "count" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+        { name: "hold" data_type: TYPE_BOOL dims: [ 1 ] optional: true } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+""",
+}
+
+
+def generate_models(root: Path) -> None:
+    """The generate extension's models in `root` (models/generate/): `echo_text` (text in, text out, echoing the
+    request's parameters and id), `numbers` (a batching model of numbers and booleans), `tokens` (decoupled: a
+    response per token; `hold` waits for GENERATE_GATE_DIR/release after the first)."""
+    for name, config in GENERATE_CONFIGS.items():
+        _model(root, name, f'name: "{name}"\n{config}', {"1/model.py": MODELS / "generate" / f"{name}.py"})
