@@ -19,7 +19,7 @@ from typing import Any
 from ensemble_runtime.dtypes import numpy_to_wire
 from ensemble_runtime.errors import invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
-from ensemble_runtime.protocol.http_codec import json_data, json_parameters, tensor_from_json
+from ensemble_runtime.protocol.http_codec import dumps, json_data, json_parameters, parse_json, tensor_from_json
 from ensemble_runtime.validation import ModelSignature, TensorSpec
 
 # tritonserver's messages, so that clients written against it read the same
@@ -30,6 +30,13 @@ ONE_RESPONSE = (
 SSE_CONTENT = "text/event-stream; charset=utf-8"
 _REMEDY = "use the infer endpoint with binary data for it"
 _PARAMETER_TYPES = (int, float, str)
+
+
+def decode_generate(
+    raw: bytes | bytearray, sig: ModelSignature, model: str, version: str
+) -> tuple[InferRequest, dict[str, str]]:
+    """A generate request's body (JSON bytes) -> (request, each input's datatype)."""
+    return generate_request(parse_json(raw, f"the generate request for {quote_name(model)}"), sig, model, version)
 
 
 def generate_request(
@@ -75,6 +82,16 @@ def _shape(spec: TensorSpec, max_batch_size: int, value: object) -> tuple[int, .
     elif -1 in dims or fixed != count:
         raise invalid(f"The schema can not convert input {quote_name(spec.name)} to tensor with proper shape")
     return (1, *dims) if max_batch_size > 0 else tuple(dims)
+
+
+def response_size(response: InferResponse) -> int:
+    """The bytes of a response's outputs (what writing it as JSON costs grows with)."""
+    return sum(int(array.nbytes) for array in response.outputs.values())
+
+
+def encode_generate(response: InferResponse) -> bytes:
+    """One response as the generate endpoints write it, as JSON bytes."""
+    return dumps(generate_response(response))
 
 
 def generate_response(response: InferResponse) -> dict[str, Any]:

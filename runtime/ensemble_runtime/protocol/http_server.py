@@ -15,14 +15,20 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
-from ensemble_runtime.errors import InferenceError, bounded, invalid, quote_name
+from ensemble_runtime.errors import InferenceError, bounded, invalid
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.protocol import shared_memory_api, status_codes
 from ensemble_runtime.protocol._native import answer_coding
 from ensemble_runtime.protocol.http_body import BodyRefused, Limit, read_body, too_large
-from ensemble_runtime.protocol.http_generate import ONE_RESPONSE, SSE_CONTENT, generate_request, generate_response
+from ensemble_runtime.protocol.http_generate import (
+    ONE_RESPONSE,
+    SSE_CONTENT,
+    decode_generate,
+    encode_generate,
+    response_size,
+)
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
 from ensemble_runtime.protocol.server_header import product_only
@@ -174,10 +180,12 @@ class _Routes:
 
     # ---- Triton's generate extension (http_generate) ------------------------------------------------------
     async def _generate_request(self, request: web.Request) -> tuple[InferRequest, dict[str, str]]:
+        """The model first (an unknown one is a 404 whatever the body, as in Triton), then the body, decoded in a
+        thread when large (`sized`), as an infer request's."""
         model, version = _target(request)
-        body = codec.parse_json(await self._json_body(request), f"the generate request for {quote_name(model)}")
-        lv = self._dp.registry.find(model, version)
-        return generate_request(body, self._dp.signature(lv), model, version)
+        raw = await self._json_body(request)
+        sig = self._dp.signature(self._dp.registry.find(model, version))
+        return await sized(len(raw), decode_generate, raw, sig, model, version)
 
     async def _responses(self, request: web.Request) -> AsyncGenerator[StreamResponse, None]:
         return self._dp.infer_stream(*await self._generate_request(request))
@@ -196,7 +204,8 @@ class _Routes:
                     answer = item.response
         if answer is None:
             raise invalid(ONE_RESPONSE)
-        return _json(generate_response(answer))
+        body = await sized(response_size(answer), encode_generate, answer)
+        return web.Response(body=body, content_type=codec.JSON_CONTENT)
 
     async def generate_stream(self, request: web.Request) -> web.StreamResponse:
         """Every response as a server-sent event (`data: {...}`), written as the model sends it. The status is
@@ -214,12 +223,13 @@ class _Routes:
             while item is not None:
                 try:
                     if item.error is not None:
-                        await out.write(_event({"error": bounded(item.error.message)}))
+                        await out.write(_event(codec.error_body(bounded(item.error.message))))
                     elif item.response is not None:
-                        await out.write(_event(generate_response(item.response)))
+                        answer = item.response
+                        await out.write(_event(await sized(response_size(answer), encode_generate, answer)))
                     item = await anext(responses, None)
                 except InferenceError as exc:  # an output JSON cannot carry, or the request failed later on
-                    await out.write(_event({"error": bounded(exc.message)}))
+                    await out.write(_event(codec.error_body(bounded(exc.message))))
                     break
             await out.write_eof()
         return out
@@ -244,9 +254,9 @@ class _Routes:
         return web.Response(status=status_codes.HTTP_OK)
 
 
-def _event(obj: object) -> bytes:
+def _event(json_body: bytes) -> bytes:
     """One server-sent event (the JSON is on one line: `dumps` escapes every line break)."""
-    return b"data: " + codec.dumps(obj) + b"\n\n"
+    return b"data: " + json_body + b"\n\n"
 
 
 def _target(request: web.Request) -> tuple[str, str]:

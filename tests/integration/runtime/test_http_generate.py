@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from ensemble_examples import onnx_models
 
 from bench.triton_peer import not_installed_reason
 from tests.integration.runtime import repo
+from tests.integration.runtime.test_hostile_requests import under_attack
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.server_process import ServerProcess
 
@@ -41,6 +43,7 @@ TRITON_MISSING = not_installed_reason()
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("generate")
     repo.generate_models(root)
+    repo._model(root, "add_sub", repo.ADD_SUB_CONFIG, {"1/model.onnx": onnx_models.add_sub().SerializeToString()})
     return root
 
 
@@ -56,7 +59,7 @@ def _serving(root: Path, gate: Path, args: list[str]) -> RuntimeProcess:
 @pytest.fixture(scope="module", params=["native", "aiohttp"])
 def server(request: pytest.FixtureRequest, root: Path, gate: Path) -> Iterator[RuntimeProcess]:
     with _serving(root, gate, [f"--http-frontend={request.param}"]) as proc:
-        for model in repo.GENERATE_CONFIGS:
+        for model in (*repo.GENERATE_CONFIGS, "add_sub"):  # add_sub: what the hostile-request bounds check serves
             proc.wait_model_ready(model, LOADED)
         yield proc
 
@@ -206,6 +209,26 @@ def test_model_stream_infer_hears_each_response_as_it_is_sent(server: RuntimePro
             client.stop_stream()
 
 
+def test_large_bodies_leave_the_loop_free(server: RuntimeProcess) -> None:
+    """A 6 MiB generate body (a million numbers) is decoded and its million-number answer written off the event
+    loop: liveness answers meanwhile, within the hostile-request bounds. One past --http-max-json-bytes is a 413
+    without being read, and a body nested too deep a 400; the server serves on."""
+    values = [0.25] * 1_000_000
+    body = json.dumps({"x": values}).encode()
+
+    def send() -> tuple[int, str, bytes]:
+        return _post(server, "/v2/models/numbers/generate", None, raw=body)
+
+    status, _, raw = under_attack(server, "generate, 1M numbers each way", send)
+    assert status == 200 and json.loads(raw)["n"] == 1_000_000, raw[:300]
+    too_large = b'{"x": [' + b"1," * (4 * 1024 * 1024) + b'1]}'
+    status, _, raw = _post(server, "/v2/models/numbers/generate_stream", None, raw=too_large)
+    assert status == 413 and "--http-max-json-bytes" in json.loads(raw)["error"], raw[:300]
+    status, _, raw = _post(server, "/v2/models/numbers/generate", None, raw=b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert status == 400 and "nested too deeply" in json.loads(raw)["error"], raw[:300]
+    assert _post(server, "/v2/models/echo_text/generate", {"text_input": "still"})[0] == 200
+
+
 def test_restricted_inference_covers_generate(root: Path, gate: Path) -> None:
     """--http-restricted-api on the inference category refuses both routes without the header (403, before the
     body is read) and serves them with it."""
@@ -237,11 +260,14 @@ SAME = [
 
 
 @pytest.fixture(scope="module")
-def triton(root: Path) -> Iterator[ServerProcess]:
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """tritonserver on the generate models alone (its install has no ONNX Runtime backend for add_sub)."""
     if TRITON_MISSING is not None:
         pytest.skip(TRITON_MISSING)
     from bench.triton_peer import TritonPeer
 
+    root = tmp_path_factory.mktemp("generate-peer")
+    repo.generate_models(root)
     with TritonPeer([root]) as peer:
         deadline = time.monotonic() + LOADED
         for model in repo.GENERATE_CONFIGS:
