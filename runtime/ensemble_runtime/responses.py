@@ -12,6 +12,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferResponse, Tensor
@@ -50,6 +51,9 @@ class ResponseChannel:
         self._cancelled = False
         self._finished = False  # set by put, in the sender's thread
         self._final_arrived = False  # set on the loop, when the final item is queued for reading
+        # the model call answering through this channel, held here so that it runs on (referenced) to its end
+        # when its reader has gone away (stream_inference.model_items)
+        self.call: asyncio.Future[Any] | None = None
 
     @property
     def cancelled(self) -> bool:

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import AsyncGenerator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.streaming import stream_ensemble
@@ -81,7 +81,7 @@ async def model_items(
     if scheduler is None:
         raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
     channel = channel or ResponseChannel(asyncio.get_running_loop())
-    call = asyncio.ensure_future(scheduler.submit(dataclasses.replace(request, responses=channel)))
+    call = channel.call = asyncio.ensure_future(scheduler.submit(dataclasses.replace(request, responses=channel)))
     refused: list[BaseException] = []
     call.add_done_callback(functools.partial(_end_refused, channel, refused))
     try:
@@ -93,7 +93,7 @@ async def model_items(
         channel.cancel()
 
 
-def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: asyncio.Future[object]) -> None:
+def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: asyncio.Future[Any]) -> None:
     """A call that ended in an error (the scheduler refused it: nothing ran, nothing was sent) ends its channel
     with it, for `model_items` to raise."""
     error = None if call.cancelled() else call.exception()
