@@ -288,4 +288,11 @@ async def serve(settings: RuntimeSettings) -> None:
         await stopping
     log.info("signal received: draining")
     await server.drain_and_stop()
+    # Drained: what follows is the loop's and the interpreter's own shutdown (threads joined, the cores' runtimes
+    # ended), a few hundred milliseconds. A SIGTERM then (a second one, or one racing a slow shutdown) must not
+    # turn the clean exit into a kill (-15): ignored from here. The loop's handlers go first, or closing the loop
+    # would set the default actions back.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
     log.info("stopped")
