@@ -218,20 +218,12 @@ class _Routes:
             if first is not None and first.error is not None:
                 status = status_codes.http_status(first.error.code)
             out = web.StreamResponse(status=status, headers={"Content-Type": SSE_CONTENT})
-            await out.prepare(request)
-            item = first
-            while item is not None:
-                try:
-                    if item.error is not None:
-                        await out.write(_event(codec.error_body(bounded(item.error.message))))
-                    elif item.response is not None:
-                        answer = item.response
-                        await out.write(_event(await sized(response_size(answer), encode_generate, answer)))
-                    item = await anext(responses, None)
-                except InferenceError as exc:  # an output JSON cannot carry, or the request failed later on
-                    await out.write(_event(codec.error_body(bounded(exc.message))))
-                    break
-            await out.write_eof()
+            try:
+                await out.prepare(request)
+                await _write_events(out, first, responses)
+                await out.write_eof()
+            except ConnectionResetError:  # the client went away: closing `responses` cancels the request's channel
+                log.debug("generate_stream: the client of %s went away", request.path)
         return out
 
     # ---- repository ---------------------------------------------------------------------------------
@@ -252,6 +244,23 @@ class _Routes:
         codec.parse_json(await self._json_body(request), f"the unload request for '{model}'")
         await self._repo.unload(model)
         return web.Response(status=status_codes.HTTP_OK)
+
+
+async def _write_events(
+    out: web.StreamResponse, item: StreamResponse | None, responses: AsyncGenerator[StreamResponse, None]
+) -> None:
+    """`item` and every response after it as events; an error after the first response is an event too."""
+    while item is not None:
+        try:
+            if item.error is not None:
+                await out.write(_event(codec.error_body(bounded(item.error.message))))
+            elif item.response is not None:
+                answer = item.response
+                await out.write(_event(await sized(response_size(answer), encode_generate, answer)))
+            item = await anext(responses, None)
+        except InferenceError as exc:  # an output JSON cannot carry, or the request failed later on
+            await out.write(_event(codec.error_body(bounded(exc.message))))
+            return
 
 
 def _event(json_body: bytes) -> bytes:

@@ -184,6 +184,27 @@ def test_events_reach_the_client_as_the_model_sends_them(server: RuntimeProcess,
         connection.close()
 
 
+def test_a_client_leaving_mid_stream_loses_nothing_else(server: RuntimeProcess, gate: Path) -> None:
+    """A client that goes away after the first event: the model's further sends are dropped, nothing is logged as
+    an error, and the server serves on (the stream's next request included)."""
+    (gate / "release").unlink(missing_ok=True)
+    before = server.log_text()
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+    try:
+        body = json.dumps({"text_input": "gone", "count": 3, "hold": True}).encode()
+        connection.request("POST", "/v2/models/tokens/generate_stream", body=body, headers={"Content-Type": JSON})
+        response = connection.getresponse()
+        assert json.loads(response.readline()[len(b"data: "):])["text_output"] == "gone#0"
+    finally:
+        connection.close()  # gone while the model holds its second response
+    time.sleep(0.2)
+    (gate / "release").write_text("")
+    status, _, raw = _post(server, "/v2/models/tokens/generate_stream", {"text_input": "next", "count": 2})
+    assert status == 200 and [e["text_output"] for e in _events(raw)] == ["next#0", "next#1"]
+    logged = server.log_text()[len(before):]
+    assert "Traceback" not in logged and "ERROR" not in logged, logged
+
+
 def test_model_stream_infer_hears_each_response_as_it_is_sent(server: RuntimeProcess, gate: Path) -> None:
     """The same over gRPC: a decoupled model's response sent from `execute` reaches the stream while `execute` still
     runs. Before, the data plane read a request's responses only once `execute` had returned, so a model streaming
