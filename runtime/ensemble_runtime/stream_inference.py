@@ -96,14 +96,12 @@ async def model_items(
 def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: asyncio.Future[Any]) -> None:
     """A call that ended in an error (the scheduler refused it: nothing ran, nothing was sent) ends its channel
     with it, for `model_items` to raise."""
-    error = None if call.cancelled() else call.exception()
-    if isinstance(error, InferenceError):
-        refused.append(error)
-        channel.put(StreamItem(error=error, final=True))
-    elif error is not None:
-        wrapped = internal(f"model call failed: {type(error).__name__}: {error}")
-        refused.append(wrapped)
-        channel.put(StreamItem(error=wrapped, final=True))
+    exc = None if call.cancelled() else call.exception()
+    if exc is None:
+        return
+    error = exc if isinstance(exc, InferenceError) else internal(f"model call failed: {type(exc).__name__}: {exc}")
+    refused.append(error)
+    channel.put(StreamItem(error=error, final=True))
 
 
 async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[StreamResponse, None]:
