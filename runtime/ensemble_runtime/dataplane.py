@@ -281,19 +281,32 @@ class DataPlane:
             return False
         described = ensemble.describe()
         admitted = self._admit(lv, request, declared, None)
-        calls = StepCalls(steps, ComputeTimes(), asyncio.get_running_loop(), self._step_tasks)
+        loop = asyncio.get_running_loop()
+        calls = StepCalls(steps, ComputeTimes(), loop, self._step_tasks)
         queued = time.perf_counter_ns()
 
-        def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop
+        def ended(result: dict[str, Tensor] | Exception, end: int) -> None:  # on the loop
             if not isinstance(result, Exception):
                 self._count_ensemble(admitted, queued, calls.compute)
-            self._settle(admitted, result, time.perf_counter_ns(), functools.partial(_release, steps.values()))
-            answer(self._outcome(admitted, result, {"ensemble_versions": described}))
+            self._settle(admitted, result, end, functools.partial(_release, steps.values()))
+
+        def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop (carried: maybe a model's thread)
+            outcome = self._outcome(admitted, result, {"ensemble_versions": described})
+            if calls.carry is None:
+                ended(result, time.perf_counter_ns())
+            else:  # after its steps' ends, counted before the answer leaves
+                calls.carry.add(ended, result, time.perf_counter_ns())
+                if threading.get_ident() == calls.loop_thread:
+                    calls.carry.run()
+            answer(outcome)
 
         run = EnsembleRun(
             graph, admitted.request.inputs, admitted.request.requested_outputs, calls.submit, finish,
             request_id=admitted.request.request_id,
         )
+        if run.serial:  # a chain: model threads carry it from step to step, and answer
+            calls.carry = self._settlements
+            self._settlements.expect(loop)
         self.in_flight += 1
         for version in (*steps.values(), lv):
             Registry.acquire(version)

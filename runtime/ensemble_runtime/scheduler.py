@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import cast
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.backends.base import InlineInstance, ModelInstance, QueuingInstance, RunTimes
+from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
@@ -81,8 +83,13 @@ class Scheduler:
     _outstanding: int = 0  # calls handed to the queuing instance and not yet back
     _drained: asyncio.Event | None = None  # made by `close` while calls are out; set as the last comes back
     _inlines: bool = False  # every instance may run inline (InlineInstance), checked once at start
+    _admission: threading.Lock = field(default_factory=threading.Lock)  # `_outstanding` and `_closing`, off the loop
+    _loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (`start`), and its thread
+    _loop_thread: int = 0
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         if not self.policy.enabled:
             # Without batching a request needs only a free instance: take one directly in the caller's
             # task (no queue hand-off, no worker wake-up); wait on the semaphore when all are busy.
@@ -96,7 +103,7 @@ class Scheduler:
                 self._queuing = queuing[0]
             return
         for index, instance in enumerate(self.instances):
-            task = asyncio.get_running_loop().create_task(
+            task = self._loop.create_task(
                 self._work(instance), name=f"{self.model}-instance-{index}"
             )
             self._workers.append(task)
@@ -198,9 +205,20 @@ class Scheduler:
         compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
         then(result, functools.partial(self._count, request, result, 0, compute, times))
 
+    def submit_then_off_loop(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> bool:
+        """`submit_then` from a thread other than the loop's (a model's, carrying an ensemble request on to its
+        next step), for instances that queue calls themselves; raises what `submit_then` raises. False: these
+        instances take requests only on the loop (nothing was done). The caller holds the version
+        (`Registry.acquire`), so it is not closing but at the server's exit."""
+        if self._queuing is None:
+            return False
+        self._submit_queued_then(self._queuing, request, then, times)
+        return True
+
     def _submit_queued_then(
         self, queuing: QueuingInstance, request: BackendRequest, then: Then, times: ComputeTimes | None
     ) -> None:
+        """Any thread (`_enter_queued` and `_leave_queued` are)."""
         enqueued = self._enter_queued()
         ran = RunTimes()
 
@@ -211,20 +229,26 @@ class Scheduler:
         try:
             queuing.execute_then(request, ran, finished)
         except BaseException:
-            self._leave_queued()
+            assert self._loop is not None
+            on_loop(self._loop, self._loop_thread, self._leave_queued)
             raise
 
     def _enter_queued(self) -> int:
-        """A call for the queuing instances: refused when the queue is full (one runs per instance, `limit` wait);
-        the time it came."""
+        """A call for the queuing instances (any thread): refused when the queue is full (one runs per instance,
+        `limit` wait) or the version is closing; the time it came."""
         limit = self.policy.max_queue_size
-        if limit and self._outstanding >= limit + len(self.instances):
-            raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
-        self._outstanding += 1
+        with self._admission:
+            if self._closing:
+                raise unavailable(f"model '{self.model}' is unloading")
+            if limit and self._outstanding >= limit + len(self.instances):
+                raise unavailable(f"model '{self.model}': request exceeds maximum queue size {limit}")
+            self._outstanding += 1
         return time.perf_counter_ns()
 
     def _leave_queued(self) -> None:
-        self._outstanding -= 1
+        """On the loop."""
+        with self._admission:
+            self._outstanding -= 1
         if not self._outstanding and self._drained is not None:
             self._drained.set()
             self._drained = None
@@ -237,7 +261,8 @@ class Scheduler:
 
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
-        self._closing = True
+        with self._admission:
+            self._closing = True
         if self._queuing is not None:
             while self._outstanding:
                 if self._drained is None:

@@ -47,7 +47,8 @@ class Deferred:
     anything."""
 
     def __init__(self, within: float = 0.005, at_most: float = 0.1) -> None:
-        self._queue: collections.deque[Callable[[], None]] = collections.deque()  # append/popleft: thread-safe
+        # (work, whether expected); append/popleft: thread-safe
+        self._queue: collections.deque[tuple[Callable[[], None], bool]] = collections.deque()
         self._within = within
         self._at_most = at_most
         self._delay = within  # the timer's next wait
@@ -56,7 +57,12 @@ class Deferred:
 
     def add(self, fn: Callable[..., None], *args: Any) -> None:
         """Queue `fn(*args)` (any thread): a piece the loop `expect`s."""
-        self._queue.append(functools.partial(fn, *args))
+        self._queue.append((functools.partial(fn, *args), True))
+
+    def ride(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue `fn(*args)` (any thread) ahead of an expected piece still to come: it runs with the pieces before
+        that one, no later (a step's end, ahead of its ensemble request's)."""
+        self._queue.append((functools.partial(fn, *args), False))
 
     def expect(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the loop: another thread will `add` one piece (it may have already)."""
@@ -77,8 +83,8 @@ class Deferred:
         if not self._queue:
             return False
         while self._queue:
-            fn = self._queue.popleft()  # only the loop takes: what is there stays there
-            self._expected -= 1
+            fn, expected = self._queue.popleft()  # only the loop takes: what is there stays there
+            self._expected -= expected
             try:
                 fn()
             except Exception:

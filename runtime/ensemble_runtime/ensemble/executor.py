@@ -151,7 +151,9 @@ async def _cancel(running: Mapping[asyncio.Task[dict[str, Tensor]], PlannedStep]
 
 class EnsembleRun:
     """`run_ensemble` without a task: each step is handed to `submit_step` with a callback, and the run goes on
-    from there. Every method runs on the event loop (a step's callback is to be called there too).
+    from there. Every method runs on the event loop (a step's callback is to be called there too), except for a
+    `serial` run: with never two steps in flight, a step's callback may carry it on from the thread the step
+    ended on (one thread at a time; the hand-over between them orders what they see).
 
     `finish` gets the ensemble outputs, or the first step's error once no step is in flight any more (as
     `run_ensemble` raises only after its in-flight steps are unwound): after it, no step runs for this request.
@@ -180,6 +182,11 @@ class EnsembleRun:
         self._parameters = parameters
         self._running = 0
         self._error: Exception | None = None
+
+    @property
+    def serial(self) -> bool:
+        """Never two steps in flight (`ExecutionPlan.serial`)."""
+        return self._plan.serial
 
     def start(self) -> None:
         """Submit the steps that need only the request's inputs (raises nothing: failures go to `finish`)."""

@@ -64,6 +64,7 @@ class ExecutionPlan:
     outputs: tuple[str, ...]  # ensemble outputs this plan produces (the requested ones)
     required_inputs: tuple[str, ...]  # non-optional ensemble inputs some planned step reads
     optional_inputs: frozenset[str]  # optional ensemble inputs: absent ones are not passed on
+    serial: bool = False  # never two steps in flight: each step starts only after the one before it ended
 
 
 def make_plan(
@@ -121,16 +122,34 @@ def make_plan(
             )
         )
     read = {tensor for index in needed for tensor in steps[index].input_map.values()}
+    initial = tuple(p.position for p in planned if p.dependency_count == 0)
     return ExecutionPlan(
         ensemble_name=ensemble_name,
         steps=tuple(planned),
-        initial=tuple(p.position for p in planned if p.dependency_count == 0),
+        initial=initial,
         outputs=outputs,
         required_inputs=tuple(
             name for name, optional in ensemble_inputs.items() if name in read and not optional
         ),
         optional_inputs=frozenset(name for name, optional in ensemble_inputs.items() if optional),
+        serial=runs_serially(planned, initial),
     )
+
+
+def runs_serially(planned: Sequence[PlannedStep], initial: Sequence[int]) -> bool:
+    """Whether running the plan as `EnsembleRun` does (a step starts once its producers ended) never has two
+    steps in flight: at most one step is ready at the start and after each step ends."""
+    waiting = [p.dependency_count for p in planned]
+    ready = list(initial)
+    while ready:
+        if len(ready) > 1:
+            return False
+        ended = ready.pop()
+        for position in planned[ended].dependents:
+            waiting[position] -= 1
+            if waiting[position] == 0:
+                ready.append(position)
+    return True
 
 
 def frozen_map(items: Mapping[str, str]) -> Mapping[str, str]:

@@ -120,3 +120,39 @@ def test_the_timer_backs_off_while_it_finds_nothing() -> None:
 
     assert asyncio.run(scenario()) == [1]
     assert 1 <= Counted.turns <= 20, Counted.turns
+
+
+def test_pieces_riding_ahead_of_an_expected_one_run_first_and_are_not_counted_as_expected() -> None:
+    """A thread queues two riders and then the one expected piece (a chain's steps, then its request's end): they
+    run in that order. The riders do not count against what the loop expects: a piece expected next, which comes
+    only after several of the timer's turns, still runs by the timer (were the riders counted, the timer would
+    think nothing more was expected and stop)."""
+
+    async def scenario() -> list[str]:
+        deferred, ran, done = Deferred(within=0.01), list[str](), asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def piece(name: str, last: bool = False) -> None:
+            ran.append(name)
+            if last:
+                done.set()
+
+        def carried() -> None:
+            deferred.ride(piece, "step 0")
+            deferred.ride(piece, "step 1")
+            deferred.add(piece, "end", True)
+
+        deferred.expect(loop)
+        worker = threading.Thread(target=carried)
+        worker.start()
+        worker.join()
+        await asyncio.wait_for(done.wait(), WAIT)
+        done.clear()
+        deferred.expect(loop)
+        late = threading.Timer(0.1, deferred.add, args=(piece, "next", True))
+        late.start()
+        await asyncio.wait_for(done.wait(), WAIT)
+        late.join()
+        return ran
+
+    assert asyncio.run(scenario()) == ["step 0", "step 1", "end", "next"]
