@@ -33,6 +33,10 @@ UNCHECKED_SERVICE_ACCOUNT = "default"
 # Runtime flags an Ensemble may pass in spec.runtime.extraArgs (the operator's settings may add more).
 DEFAULT_ALLOWED_FLAGS = (
     "--log-verbose",
+    "--log-info",
+    "--log-warning",
+    "--log-error",
+    "--log-format",
     "--memory-factor",
     "--repository-settle-secs",
     "--event-loop",

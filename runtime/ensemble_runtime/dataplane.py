@@ -54,7 +54,7 @@ HTTP_ENDPOINT = "HTTP end point"
 BLS_ENDPOINT = "InferenceRequest.exec() without decoupled=True"
 EXTENSIONS = (
     "classification", "model_configuration", "model_repository", "model_repository(unload_dependents)", "statistics",
-    "binary_tensor_data", "system_shared_memory", "cuda_shared_memory",
+    "binary_tensor_data", "system_shared_memory", "cuda_shared_memory", "logging",
 )
 
 

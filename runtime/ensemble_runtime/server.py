@@ -26,6 +26,7 @@ from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.memory import make_device_free
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.load_journal import JOURNAL_FILENAME, LoadJournal
+from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
@@ -133,6 +134,7 @@ class Server:
     settings: RuntimeSettings
     planes: Planes
     health: Health = field(default_factory=Health)
+    logs: LogControl | None = None  # the logging extension's live settings (None: not served)
     _grpc: grpc.aio.Server | None = None
     _native_grpc: NativeGrpcServer | None = None
     _native_http: NativeHttpServer | None = None
@@ -152,19 +154,19 @@ class Server:
                                                  s.grpc_max_message_bytes, s.grpc_restrictions(),
                                                  threads=s.grpc_native_threads,
                                                  stream_limit=s.grpc_stream_max_in_flight,
-                                                 connections=s.grpc_connections())
+                                                 connections=s.grpc_connections(), logs=self.logs)
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
                                            s.grpc_max_message_bytes, s.grpc_restrictions(),
                                            stream_limit=s.grpc_stream_max_in_flight,
-                                           connections=s.grpc_connections())
+                                           connections=s.grpc_connections(), logs=self.logs)
             self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
         if s.allow_http:
             app = build_http_app(
                 self.dataplane, self.planes.repository, s.http_max_body_bytes, s.http_max_json_bytes,
-                restrictions=s.http_restrictions(),
+                restrictions=s.http_restrictions(), logs=self.logs,
             )
             if s.http_frontend == HttpFrontend.NATIVE:
                 self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
@@ -270,7 +272,8 @@ class Server:
 
 
 async def serve(settings: RuntimeSettings) -> None:
-    server = Server(settings, build_planes(settings, default_backends(settings.cpus)))
+    server = Server(settings, build_planes(settings, default_backends(settings.cpus)),
+                    logs=LogControl(settings.log_settings()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -7,10 +7,12 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
 
+from ensemble_runtime.log_settings import FORMATS, LogSettings
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
 from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
 from ensemble_runtime.thread_policy import INHERIT
@@ -97,6 +99,10 @@ class RuntimeSettings(BaseModel):
     model_cache_dir: Path | None = None
     load_journal: Path | None = None  # default: <model_cache_dir>/load-journal when model_cache_dir is set
     log_verbose: int = 0
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_format: Literal["default", "ISO8601"] = "default"
     server_name: str = "ensemble-runtime"
     memory_budget_bytes: int = 0
     memory_factor: float = 2.0
@@ -117,6 +123,10 @@ class RuntimeSettings(BaseModel):
 
     def http_restrictions(self) -> Restrictions:
         return parse_restrictions(self.http_restricted_api, grpc=False)
+
+    def log_settings(self) -> LogSettings:
+        """The log settings the runtime starts with (clients may change them: log_settings.LogControl)."""
+        return LogSettings(self.log_info, self.log_warning, self.log_error, self.log_verbose, self.log_format)
 
     def grpc_connections(self) -> GrpcConnections:
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
@@ -249,7 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file recording the versions being loaded, so one that was loading when the process died "
                         "is skipped after the restart (default: <model-cache-dir>/load-journal when "
                         "--model-cache-dir is given; the default cache dir is temporary, so none without it)")
-    p.add_argument("--log-verbose", type=int)
+    p.add_argument("--log-verbose", type=int, help="above 0: verbose (debug) records too (Triton's flag)")
+    p.add_argument("--log-info", type=_bool, help="write info records (default true); all four log settings can be "
+                                                   "changed while serving: GET/POST /v2/logging, gRPC LogSettings")
+    p.add_argument("--log-warning", type=_bool, help="write warnings (default true)")
+    p.add_argument("--log-error", type=_bool, help="write errors (default true)")
+    p.add_argument("--log-format", choices=FORMATS, help="default: the runtime's lines; ISO8601: UTC time first")
     p.add_argument("--server-name",
                    help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
                         "NVIDIA's health examples, need --server-name=triton)")

@@ -23,6 +23,7 @@ from ensemble_runtime.dtypes import (
 )
 from ensemble_runtime.errors import NAME_LIMIT, bounded, invalid, quote_name
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue, Tensor
+from ensemble_runtime.log_settings import LogSettings
 from ensemble_runtime.shared_memory import (
     SharedMemoryRegistry,
     ShmRef,
@@ -279,3 +280,24 @@ def model_statistics(name: str, version: int, stats: ModelStats) -> pb.ModelStat
         _duration(entry.compute_infer, batch.compute_infer)
         _duration(entry.compute_output, batch.compute_output)
     return out
+
+
+def log_setting_values(request: pb.LogSettingsRequest) -> dict[str, object]:
+    """A LogSettings request's settings as values (None for one sent without a value)."""
+    values: dict[str, object] = {}
+    for name, setting in request.settings.items():
+        which = setting.WhichOneof("parameter_choice")
+        values[name] = None if which is None else getattr(setting, which)
+    return values
+
+
+def log_settings_response(settings: LogSettings) -> pb.LogSettingsResponse:
+    response = pb.LogSettingsResponse()
+    for name, value in settings.as_dict().items():
+        if isinstance(value, bool):
+            response.settings[name].bool_param = value
+        elif isinstance(value, int):
+            response.settings[name].uint32_param = value
+        else:
+            response.settings[name].string_param = value
+    return response

@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded
+from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
 from ensemble_runtime.protocol.decode_guard import add_guarded
@@ -49,11 +50,13 @@ async def _guard(context: grpc.aio.ServicerContext[Any, Any], call: Callable[[],
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(
-        self, dataplane: DataPlane, repository: RepositoryPlane, stream_limit: int = DEFAULT_STREAM_LIMIT
+        self, dataplane: DataPlane, repository: RepositoryPlane, stream_limit: int = DEFAULT_STREAM_LIMIT,
+        logs: LogControl | None = None,
     ) -> None:
         self._dp = dataplane
         self._repo = repository
         self._stream_limit = stream_limit  # requests of one ModelStreamInfer in flight at once
+        self._logs = logs  # the logging extension (None: not served here)
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._dp.live())
@@ -91,6 +94,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             return pb.ModelStatisticsResponse(
                 model_stats=[grpc_codec.model_statistics(lv.model, lv.version, lv.stats) for lv in versions]
             )
+
+        return await _guard(context, run)
+
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        """Triton's logging extension: the settings, after the request's changes (none: as they are)."""
+
+        async def run() -> pb.LogSettingsResponse:
+            if self._logs is None:
+                raise InferenceError(ErrorCode.UNIMPLEMENTED, "the logging extension is not served here")
+            changes = grpc_codec.log_setting_values(request)
+            settings = self._logs.update(changes, null_keeps=False) if changes else self._logs.settings
+            return grpc_codec.log_settings_response(settings)
 
         return await _guard(context, run)
 
@@ -208,7 +223,7 @@ class Health:
 def build_grpc_server(
     dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
     restrictions: Restrictions | None = None, stream_limit: int = DEFAULT_STREAM_LIMIT,
-    connections: GrpcConnections | None = None,
+    connections: GrpcConnections | None = None, logs: LogControl | None = None,
 ) -> grpc.aio.Server:
     """`restrictions`: categories that need a metadata header (--grpc-restricted-protocol); none by default.
     `connections`: the handshake and keepalive limits and the number of connections, as the native core keeps them
@@ -231,7 +246,7 @@ def build_grpc_server(
             *_max_age(connections.max_age_secs, connections.max_age_grace_secs),
         ]
     )
-    servicer = InferenceServicer(dataplane, repository, stream_limit)
+    servicer = InferenceServicer(dataplane, repository, stream_limit, logs)
     add_guarded(server, service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server, servicer)
     health.follow(dataplane.ready)
     add_guarded(server, health_pb2_grpc.add_HealthServicer_to_server, health.servicer)

@@ -15,8 +15,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
-from ensemble_runtime.errors import InferenceError, bounded, invalid
+from ensemble_runtime.errors import ErrorCode, InferenceError, bounded, invalid
 from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import http_documents as documents
 from ensemble_runtime.protocol import shared_memory_api, status_codes
@@ -97,10 +98,12 @@ def body_limits(max_body_bytes: int, max_json_bytes: int) -> tuple[Limit, Limit]
 
 class _Routes:
     def __init__(
-        self, dataplane: DataPlane, repository: RepositoryPlane, max_body_bytes: int, max_json_bytes: int
+        self, dataplane: DataPlane, repository: RepositoryPlane, max_body_bytes: int, max_json_bytes: int,
+        logs: LogControl | None = None,
     ) -> None:
         self._dp = dataplane
         self._repo = repository
+        self._logs = logs  # the logging extension (None: not served here)
         self._body, self._json = body_limits(max_body_bytes, max_json_bytes)
 
     async def _json_body(self, request: web.Request) -> bytearray:
@@ -127,6 +130,15 @@ class _Routes:
     async def model_ready(self, request: web.Request) -> web.Response:
         model, version = _target(request)
         return _status(self._dp.model_ready(model, version))
+
+    # ---- logging extension --------------------------------------------------------------------------
+    async def log_settings(self, request: web.Request) -> web.Response:
+        """GET: the log settings; POST: the body's changes applied (all or none), then the settings."""
+        if self._logs is None:
+            raise InferenceError(ErrorCode.UNIMPLEMENTED, "the logging extension is not served here")
+        if request.method == "POST":
+            self._logs.update(codec.parse_json(await self._json_body(request), "the log settings request"))
+        return _json(self._logs.settings.as_dict())
 
     async def model_metadata(self, request: web.Request) -> web.Response:
         model, version = _target(request)
@@ -281,6 +293,8 @@ def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
         ("GET", "/v2/health/ready", r.ready, Category.HEALTH),
         ("GET", "/v2", r.server_metadata, Category.METADATA),
         ("GET", "/v2/models/stats", r.statistics, Category.STATISTICS),
+        ("GET", "/v2/logging", r.log_settings, Category.LOGGING),
+        ("POST", "/v2/logging", r.log_settings, Category.LOGGING),
     ]
     for base in (_MODEL, _VERSION):
         routes += [
@@ -309,6 +323,7 @@ def build_http_app(
     max_body_bytes: int,
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
     restrictions: Restrictions | None = None,
+    logs: LogControl | None = None,
 ) -> web.Application:
     """The v2 REST API over `dataplane` and `repository`; bodies over `max_body_bytes` (all-JSON ones:
     `max_json_bytes`) get a JSON 413, by their Content-Length before they are read, or as soon as reading (and
@@ -317,7 +332,7 @@ def build_http_app(
     body is read.
 
     aiohttp's own inflation of compressed bodies is off: it has no limit; `http_body` inflates within one."""
-    routes = _routes(_Routes(dataplane, repository, max_body_bytes, max_json_bytes))
+    routes = _routes(_Routes(dataplane, repository, max_body_bytes, max_json_bytes, logs))
     middlewares = [_error_middleware(max_body_bytes)]
     if restrictions is not None and restrictions.by_category:
         categories = {path: category for _, path, _, category in routes}

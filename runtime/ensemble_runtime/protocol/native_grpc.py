@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol._native import GrpcCore, StreamCall, StreamFrame, StreamWritable
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
@@ -62,7 +63,7 @@ class NativeGrpcServer:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, stream_limit: int = DEFAULT_STREAM_LIMIT,
-        connections: GrpcConnections | None = None,
+        connections: GrpcConnections | None = None, logs: LogControl | None = None,
     ) -> None:
         connections = connections or GrpcConnections()  # None: Triton's defaults
         self._dp = dataplane
@@ -70,7 +71,7 @@ class NativeGrpcServer:
         self._streams: dict[int, tuple[Inbound[Any], Outlet]] = {}
         self._health = health
         health.follow(dataplane.ready)
-        self._routes = forwarded_routes(InferenceServicer(dataplane, repository), health.servicer)
+        self._routes = forwarded_routes(InferenceServicer(dataplane, repository, logs=logs), health.servicer)
         self._core = new_core(max_message_bytes, restricted_methods(restrictions), threads, connections)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
