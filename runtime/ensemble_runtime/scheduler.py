@@ -207,9 +207,9 @@ class Scheduler:
 
     def submit_then_off_loop(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> bool:
         """`submit_then` from a thread other than the loop's (a model's, carrying an ensemble request on to its
-        next step), for instances that queue calls themselves; raises what `submit_then` raises. False: these
-        instances take requests only on the loop (nothing was done). The caller holds the version
-        (`Registry.acquire`), so it is not closing but at the server's exit."""
+        next step), for instances that queue calls themselves; raises what `submit_then` raises (a full queue, a
+        version closing: checked under the admission lock, as `close` sets it). False: these instances take
+        requests only on the loop (nothing was done)."""
         if self._queuing is None:
             return False
         self._submit_queued_then(self._queuing, request, then, times)
@@ -218,7 +218,7 @@ class Scheduler:
     def _submit_queued_then(
         self, queuing: QueuingInstance, request: BackendRequest, then: Then, times: ComputeTimes | None
     ) -> None:
-        """Any thread (`_enter_queued` and `_leave_queued` are)."""
+        """Any thread: the admission is under a lock, and a hand-over that failed leaves the queue on the loop."""
         enqueued = self._enter_queued()
         ran = RunTimes()
 
