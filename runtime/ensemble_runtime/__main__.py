@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ensemble_runtime import thread_policy
+from ensemble_runtime import log_settings, thread_policy
 from ensemble_runtime.server import serve
 from ensemble_runtime.settings import parse_settings
 
@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     logging.basicConfig(
         level=logging.DEBUG if settings.log_verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=log_settings.LINE,
         stream=sys.stderr,
     )
     why_not = thread_policy.apply(settings.thread_policy)  # before the runtime starts its threads: they inherit it
