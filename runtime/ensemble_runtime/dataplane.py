@@ -46,6 +46,8 @@ from ensemble_runtime.shared_memory.cuda_ipc import CudaIpcOpener
 from ensemble_runtime.stats import ComputeTimes
 from ensemble_runtime.step_calls import StepCalls
 from ensemble_runtime.stream_inference import DECOUPLED_REFUSAL, infer_stream
+from ensemble_runtime.traces import Trace, TracedTimes, TraceSettings, parse_changes
+from ensemble_runtime.tracing import Tracing
 from ensemble_runtime.validation import ModelSignature, check_inputs, check_requested
 
 SERVER_NAME = "ensemble-runtime"
@@ -55,6 +57,7 @@ BLS_ENDPOINT = "InferenceRequest.exec() without decoupled=True"
 EXTENSIONS = (
     "classification", "model_configuration", "model_repository", "model_repository(unload_dependents)", "statistics",
     "binary_tensor_data", "system_shared_memory", "cuda_shared_memory", "logging",
+    "trace",
 )
 
 
@@ -91,6 +94,8 @@ class DataPlane:
     _step_tasks: set[asyncio.Task[dict[str, Tensor]]] = field(default_factory=set)  # ensemble steps run as tasks
     # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
+    # Triton's trace extension: a request its settings sample takes `infer`'s path, which traces it
+    tracing: Tracing = field(default_factory=Tracing)
 
     # ---- health -------------------------------------------------------------------------------
     def live(self) -> bool:
@@ -194,24 +199,33 @@ class DataPlane:
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
+        traces = self.tracing.control
+        traced = (
+            self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
+            if traces.active else None
+        )
         self.in_flight += 1
         parameters: dict[str, bool | int | float | str] = {}
         try:
             if rec.ensemble is not None:
                 compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
                 queued = time.perf_counter_ns()
+                if traced is not None:
+                    traced[0].mark("QUEUE_START", queued)
                 outputs, versions = await self._infer_ensemble(
-                    lv, rec.ensemble.graph, admitted.request, compute, tag
+                    lv, rec.ensemble.graph, admitted.request, compute, tag, traced
                 )
                 parameters["ensemble_versions"] = versions
                 self._count_ensemble(admitted, queued, compute)
             else:
-                outputs = await self._infer_model(lv, admitted.request)
+                outputs = await self._infer_model(lv, admitted.request, traced[0] if traced else None)
         except Exception as exc:
             self._count_failure(admitted, exc, time.perf_counter_ns())
             raise
         finally:
             self.in_flight -= 1
+            if traced is not None:
+                self.tracing.end(traced, admitted.model_name)
         self._count_success(admitted, time.perf_counter_ns())
         return self._respond(admitted, outputs, parameters)
 
@@ -225,9 +239,21 @@ class DataPlane:
         request's end (statistics, in flight, its place in the queue) for the loop, which counts it as it admits
         the next request (before its checks), or reads what it changes (`settle_answered`), or within
         `Deferred`'s few milliseconds otherwise: no wake-up of the loop per request, and whatever reads the
-        statistics after the answer left sees it counted. False: nothing was done (call `infer`)."""
+        statistics after the answer left sees it counted. False: nothing was done (call `infer`); so for a
+        request the trace settings sample, which `infer` traces."""
         if not self.accepting or (request.parameters and names_sequence(request.parameters)):
             return False
+        traces = self.tracing.control
+        if not traces.active:
+            return self._take_then(request, declared, answer)
+        if traces.due(request.model_name):
+            return False
+        taken = self._take_then(request, declared, answer)
+        if taken:
+            traces.pass_over(request.model_name)
+        return taken
+
+    def _take_then(self, request: InferRequest, declared: Mapping[str, str] | None, answer: Answer) -> bool:
         lv = self.registry.find(request.model_name, request.model_version)
         ensemble = self.registry.records[request.model_name].ensemble
         if ensemble is not None:
@@ -414,11 +440,24 @@ class DataPlane:
         is not decoupled, zero or many and then the final flag for a decoupled model or ensemble."""
         return infer_stream(self, request, declared)
 
-    async def _infer_model(self, lv: LoadedVersion, request: BackendRequest) -> dict[str, Tensor]:
+    async def _infer_model(self, lv: LoadedVersion, request: BackendRequest, trace: Trace | None) -> dict[str, Tensor]:
         if lv.scheduler is None:
             raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
         with Registry.holding(lv):
-            return await lv.scheduler.submit(request)
+            if trace is None:
+                return await lv.scheduler.submit(request)
+            trace.mark("QUEUE_START", time.perf_counter_ns())
+            return await lv.scheduler.submit(request, TracedTimes(trace=trace))
+
+    # ---- traces ---------------------------------------------------------------------------------
+    def trace_settings(self, model: str = "", changes: Mapping[str, object] | None = None) -> TraceSettings:
+        """The trace settings (a model's: the global ones with its own fields), after `changes` (Triton's names
+        and JSON values: `traces.parse_changes`), all applied or none."""
+        if model:
+            self.model_version(model)  # an unknown model has no settings
+        if changes:
+            self.tracing.control.update(parse_changes(changes), model)
+        return self.tracing.control.settings(model)
 
     async def _infer_ensemble(
         self,
@@ -427,6 +466,7 @@ class DataPlane:
         request: BackendRequest,
         compute: ComputeTimes,
         tag: SequenceTag | None = None,
+        traced: list[Trace] | None = None,
     ) -> tuple[dict[str, Tensor], str]:
         assert isinstance(graph, EnsembleGraph)
         steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
@@ -442,12 +482,16 @@ class DataPlane:
             if scheduler is None:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
             started = time.perf_counter_ns()
+            child = None if traced is None else self.tracing.step(traced, step.model_name, step_lv.version, started)
             try:
-                result = await scheduler.submit(step_request, compute)
+                result = await scheduler.submit(step_request, compute if child is None else TracedTimes(trace=child, into=compute))
             except Exception as exc:
                 answered = isinstance(exc, ResponseError)  # the step model's own error response: it ran
                 (step_lv.stats.success if answered else step_lv.stats.fail).add(time.perf_counter_ns() - started)
                 raise
+            finally:
+                if child is not None:
+                    child.mark("REQUEST_END", time.perf_counter_ns())
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result
 

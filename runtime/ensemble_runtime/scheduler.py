@@ -166,7 +166,10 @@ class Scheduler:
             result = (await self._execute(instance.execute_queued([request], ran), 1))[0]
         finally:
             self._leave_queued()
-        queue_ns, compute = _queued_times(enqueued, ran, time.perf_counter_ns())
+        end = time.perf_counter_ns()
+        queue_ns, compute = _queued_times(enqueued, ran, end)
+        if times is not None:
+            times.ran(ran.started_ns, ran.started_ns, ran.ended_ns, end)
         return self._finish(request, result, queue_ns, compute, times)
 
     def takes_then(self) -> bool:
@@ -202,7 +205,10 @@ class Scheduler:
         except BaseException as exc:
             result = self._failed(exc, 1)[0]
         output_start = time.perf_counter_ns()
-        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
+        end = time.perf_counter_ns()
+        compute = ComputeTimes(input_end - start, output_start - input_end, end - output_start)
+        if times is not None:
+            times.ran(start, input_end, output_start, end)
         then(result, functools.partial(self._count, request, result, 0, compute, times))
 
     def submit_then_off_loop(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> bool:
@@ -257,6 +263,8 @@ class Scheduler:
                        end: int, times: ComputeTimes | None) -> None:
         self._leave_queued()
         queue_ns, compute = _queued_times(enqueued, ran, end)
+        if times is not None:
+            times.ran(ran.started_ns, ran.started_ns, ran.ended_ns, end)
         self._count(request, result, queue_ns, compute, times)
 
     async def close(self) -> None:
@@ -357,7 +365,10 @@ class Scheduler:
         input_end = time.perf_counter_ns()
         result = (await self._execute(instance.execute([request]), 1))[0]
         output_start = time.perf_counter_ns()
-        compute = ComputeTimes(input_end - start, output_start - input_end, time.perf_counter_ns() - output_start)
+        end = time.perf_counter_ns()
+        compute = ComputeTimes(input_end - start, output_start - input_end, end - output_start)
+        if times is not None:
+            times.ran(start, input_end, output_start, end)
         return self._finish(request, result, start - enqueued_ns, compute, times)
 
     def _finish(
@@ -409,6 +420,9 @@ class Scheduler:
             self.stats.record_request(item.batch, start - item.enqueued_ns, compute)
             if item.times is not None:
                 item.times.add(compute)
+                input_end = start + compute.input_ns
+                output_start = input_end + compute.infer_ns
+                item.times.ran(start, input_end, output_start, output_start + compute.output_ns)
         self.stats.record_execution(sum(item.batch for item in live), compute, time.time_ns() // 1_000_000)
 
 

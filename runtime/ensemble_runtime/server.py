@@ -43,6 +43,8 @@ from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
+from ensemble_runtime.traces import TraceControl
+from ensemble_runtime.tracing import Tracing
 from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
@@ -120,7 +122,7 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
                            uploading=storage.awaited_versions if storage.sources else None,
                            declared=storage.declared_models, explicit=settings.control_mode == ControlMode.EXPLICIT)
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          server_name=settings.server_name)
+                          server_name=settings.server_name, tracing=Tracing(TraceControl(settings.trace_settings())))
     repository = RepositoryPlane(manager=manager, storage=storage,
                                  repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
@@ -269,6 +271,7 @@ class Server:
             await runner.cleanup()
         await dp.registry.close()
         dp.shared_memory.close()  # unmap every registered region
+        await dp.tracing.flush()
 
 
 async def serve(settings: RuntimeSettings) -> None:

@@ -16,6 +16,7 @@ from ensemble_runtime.log_settings import FORMATS, LogSettings
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
 from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
 from ensemble_runtime.thread_policy import INHERIT
+from ensemble_runtime.traces import TraceSettings, settings_from_flags
 
 
 class ControlMode(enum.Enum):
@@ -117,6 +118,7 @@ class RuntimeSettings(BaseModel):
     max_instances_per_model: int = 64
     grpc_restricted_protocol: list[str] = Field(default_factory=list)  # validated by parse_settings
     http_restricted_api: list[str] = Field(default_factory=list)
+    trace_config: list[str] = Field(default_factory=list)  # validated by parse_settings
 
     def grpc_restrictions(self) -> Restrictions:
         return parse_restrictions(self.grpc_restricted_protocol, grpc=True)
@@ -127,6 +129,10 @@ class RuntimeSettings(BaseModel):
     def log_settings(self) -> LogSettings:
         """The log settings the runtime starts with (clients may change them: log_settings.LogControl)."""
         return LogSettings(self.log_info, self.log_warning, self.log_error, self.log_verbose, self.log_format)
+
+    def trace_settings(self) -> TraceSettings:
+        """The trace settings the runtime starts with (clients may change them: traces.TraceControl)."""
+        return settings_from_flags(self.trace_config)
 
     def grpc_connections(self) -> GrpcConnections:
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
@@ -265,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-warning", type=_bool, help="write warnings (default true)")
     p.add_argument("--log-error", type=_bool, help="write errors (default true)")
     p.add_argument("--log-format", choices=FORMATS, help="default: the runtime's lines; ISO8601: UTC time first")
+    p.add_argument("--trace-config", action="append", dest="trace_config", metavar="[triton,]NAME=VALUE",
+                   help="Triton's trace settings at start (repeat it): file=PATH (where traces are written; "
+                        "not settable over the network), level=OFF|TIMESTAMPS, rate=N (one request in N), "
+                        "count=N (-1: no end), log_frequency=N (0: written as the server stops; N: every N "
+                        "traces to PATH.<k>). Changed while serving: GET/POST /v2/trace/setting, gRPC TraceSetting")
     p.add_argument("--server-name",
                    help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
                         "NVIDIA's health examples, need --server-name=triton)")
@@ -338,4 +349,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
             check()
         except RestrictionError as exc:
             parser.error(f"{flag}: {exc}")
+    try:
+        settings.trace_settings()
+    except ValueError as exc:
+        parser.error(str(exc))
     return settings

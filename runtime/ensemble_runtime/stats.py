@@ -39,6 +39,10 @@ class ComputeTimes:
         self.infer_ns += other.infer_ns
         self.output_ns += other.output_ns
 
+    def ran(self, start: int, input_end: int, output_start: int, end: int) -> None:
+        """When the execution these phases came from ran (`perf_counter_ns`): for a traced request's times
+        (`traces.TracedTimes`); nothing here."""
+
 
 @dataclass(slots=True)
 class BatchStat:

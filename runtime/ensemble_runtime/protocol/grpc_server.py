@@ -28,6 +28,7 @@ from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
 from ensemble_runtime.settings import GrpcConnections
 from ensemble_runtime.shared_memory import output_refs
+from ensemble_runtime.traces import grpc_values
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,6 +107,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             changes = grpc_codec.log_setting_values(request)
             settings = self._logs.update(changes, null_keeps=False) if changes else self._logs.settings
             return grpc_codec.log_settings_response(settings)
+
+        return await _guard(context, run)
+
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        """Triton's trace extension: the settings (global, or `model_name`'s), after the request's changes."""
+
+        async def run() -> pb.TraceSettingResponse:
+            changes = grpc_values({name: list(v.value) for name, v in request.settings.items()})
+            settings = self._dp.trace_settings(request.model_name, changes)
+            response = pb.TraceSettingResponse()
+            for name, value in settings.as_dict().items():
+                response.settings[name].value.extend(value if isinstance(value, list) else [value])
+            return response
 
         return await _guard(context, run)
 

@@ -140,6 +140,15 @@ class _Routes:
             self._logs.update(codec.parse_json(await self._json_body(request), "the log settings request"))
         return _json(self._logs.settings.as_dict())
 
+    # ---- trace extension ----------------------------------------------------------------------------
+    async def trace_settings(self, request: web.Request) -> web.Response:
+        """GET: the trace settings (global, or the model's); POST: the body's changes applied (all or none)."""
+        model = request.match_info.get("model", "")
+        changes = None
+        if request.method == "POST":
+            changes = codec.parse_json(await self._json_body(request), "the trace settings request")
+        return _json(self._dp.trace_settings(model, changes).as_dict())
+
     async def model_metadata(self, request: web.Request) -> web.Response:
         model, version = _target(request)
         lv = self._dp.model_version(model, version)
@@ -295,6 +304,10 @@ def _routes(r: _Routes) -> list[tuple[str, str, Handler, Category]]:
         ("GET", "/v2/models/stats", r.statistics, Category.STATISTICS),
         ("GET", "/v2/logging", r.log_settings, Category.LOGGING),
         ("POST", "/v2/logging", r.log_settings, Category.LOGGING),
+        ("GET", "/v2/trace/setting", r.trace_settings, Category.TRACE),
+        ("POST", "/v2/trace/setting", r.trace_settings, Category.TRACE),
+        ("GET", "/v2/models/{model}/trace/setting", r.trace_settings, Category.TRACE),
+        ("POST", "/v2/models/{model}/trace/setting", r.trace_settings, Category.TRACE),
     ]
     for base in (_MODEL, _VERSION):
         routes += [

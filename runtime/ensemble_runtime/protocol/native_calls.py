@@ -66,7 +66,7 @@ class Route:
 
 def forwarded_routes(servicer: InferenceServicer, health: Any) -> dict[str, Route]:
     """Method path -> route, for the unary methods the servicer implements and health Check. Methods it leaves
-    to the generated base class (TraceSetting, LogSettings) are absent: UNIMPLEMENTED, as under grpcio."""
+    to the generated base class are absent: UNIMPLEMENTED, as under grpcio."""
     routes: dict[str, Route] = {}
     base = service_pb2_grpc.GRPCInferenceServiceServicer
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
