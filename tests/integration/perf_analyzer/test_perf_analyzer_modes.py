@@ -97,3 +97,29 @@ def _check_periodic_export(path: Path) -> None:
     for request in requests:
         indices = [response["IDX"] for response in request["response_outputs"]]
         assert indices == [0, 1, 2, 3, ""], request
+
+
+def test_perf_analyzer_sets_the_trace_settings(root: Path, tmp_path: Path) -> None:
+    """perf_analyzer's `--trace-level`, `--trace-rate` and `--log-frequency` set the server's trace settings
+    through the trace extension before it measures; the server then writes one file per 5 traced requests, one
+    request in 10 traced."""
+    trace_file = tmp_path / "trace.json"
+    with RuntimeProcess([root], [f"--trace-config=triton,file={trace_file}"]) as runtime:
+        runtime.wait_model_ready("simple", 120)
+        binary = find_perf_analyzer()
+        assert binary is not None
+        measured = run_perf_analyzer(binary, "simple", runtime.grpc_url,
+                                     ["-i", "grpc", "--trace-level", "TIMESTAMPS", "--trace-rate", "10",
+                                      "--log-frequency", "5", *COUNTED], timeout=180)
+        assert measured.returncode == 0, f"{' '.join(measured.command)}\n{measured.output[-3000:]}"
+        with runtime.grpc_client() as client:
+            settings = client.get_trace_settings(as_json=True)["settings"]
+            served = client.get_inference_statistics("simple", as_json=True)["model_stats"][0]
+    assert {name: settings[name]["value"] for name in ("trace_level", "trace_rate", "log_frequency")} == {
+        "trace_level": ["TIMESTAMPS"], "trace_rate": ["10"], "log_frequency": ["5"]}
+    requests = int(served["inference_stats"]["success"]["count"])
+    files = list(tmp_path.glob("trace.json.*"))
+    traced = [r for f in files for r in json.loads(f.read_text()) if "model_name" in r]
+    assert {r["model_name"] for r in traced} == {"simple"}
+    # every 10th request traced (the one at stop written too); perf_analyzer's requests are all counted
+    assert len(traced) == (requests + 9) // 10 and len(files) == (len(traced) + 4) // 5
