@@ -23,6 +23,8 @@ from ensemble_runtime.errors import InferenceError, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
 from ensemble_runtime.responses import ResponseChannel, StreamItem, StreamResponse
+from ensemble_runtime.stats import ComputeTimes
+from ensemble_runtime.traces import Trace, TracedTimes
 from ensemble_runtime.validation import check_inputs, check_requested
 
 if TYPE_CHECKING:
@@ -52,26 +54,35 @@ async def infer_stream(
     requested = check_requested(sig, request.requested_outputs) or tuple(sig.outputs)
     backend_request = BackendRequest(inputs, requested, request.parameters, request.id)
     start = time.perf_counter_ns()
+    # a request the trace settings sample: each response's completion marked too (Triton's INFER_RESPONSE_COMPLETE)
+    traced = dp.tracing.begin(request.model_name, lv.version, request.id, start) if dp.tracing.control.active else None
     dp.in_flight += 1
     try:
+        if traced is not None:
+            traced[0].mark("QUEUE_START", time.perf_counter_ns())
         if ensemble is not None:
-            responses = _ensemble(dp, lv, ensemble.graph, backend_request)
+            responses = _ensemble(dp, lv, ensemble.graph, backend_request, traced)
         else:
-            responses = _model(lv, backend_request)
+            responses = _model(lv, backend_request, traced[0] if traced else None)
         async with contextlib.aclosing(responses):
             async for response in responses:
+                if traced is not None and response.response is not None:
+                    traced[0].mark("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                 yield response
     except Exception:
         lv.stats.fail.add(time.perf_counter_ns() - start)
         raise
     finally:
         dp.in_flight -= 1
+        if traced is not None:
+            dp.tracing.end(traced, request.model_name)
     lv.stats.success.add(time.perf_counter_ns() - start)
     lv.stats.last_inference_ms = int(time.time() * 1000)
 
 
 async def model_items(
-    lv: LoadedVersion, request: BackendRequest, channel: ResponseChannel | None = None
+    lv: LoadedVersion, request: BackendRequest, channel: ResponseChannel | None = None,
+    times: ComputeTimes | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """What a decoupled model sends for `request`, up to its final flag, each item as soon as it is sent: the call
     runs while its channel is read, so what `execute` sends before it returns is not held until it does. A call the
@@ -81,7 +92,7 @@ async def model_items(
     if scheduler is None:
         raise unavailable(f"model '{lv.model}' version {lv.version} is not loaded")
     channel = channel or ResponseChannel(asyncio.get_running_loop())
-    call = channel.call = asyncio.ensure_future(scheduler.submit(dataclasses.replace(request, responses=channel)))
+    call = channel.call = asyncio.ensure_future(scheduler.submit(dataclasses.replace(request, responses=channel), times))
     refused: list[BaseException] = []
     call.add_done_callback(functools.partial(_end_refused, channel, refused))
     try:
@@ -104,9 +115,10 @@ def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: a
     channel.put(StreamItem(error=error, final=True))
 
 
-async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[StreamResponse, None]:
+async def _model(lv: LoadedVersion, request: BackendRequest, trace: Trace | None) -> AsyncGenerator[StreamResponse, None]:
     with Registry.holding(lv):
-        async with contextlib.aclosing(model_items(lv, request)) as items:
+        times = None if trace is None else TracedTimes(trace=trace)
+        async with contextlib.aclosing(model_items(lv, request, times=times)) as items:
             async for item in items:
                 if item.error is not None:
                     yield StreamResponse(error=item.error, final=item.final)
@@ -118,7 +130,7 @@ async def _model(lv: LoadedVersion, request: BackendRequest) -> AsyncGenerator[S
 
 
 async def _ensemble(
-    dp: DataPlane, lv: LoadedVersion, graph: EnsembleGraph, request: BackendRequest
+    dp: DataPlane, lv: LoadedVersion, graph: EnsembleGraph, request: BackendRequest, traced: list[Trace] | None
 ) -> AsyncGenerator[StreamResponse, None]:
     steps = dict(dp.registry.ensemble_set(lv.model))  # one version set for every response of the request
     if not steps:
@@ -132,11 +144,15 @@ async def _ensemble(
         if scheduler is None:
             raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
         started = time.perf_counter_ns()
+        child = None if traced is None else dp.tracing.step(traced, step.model_name, step_lv.version, started)
         try:
-            result = await scheduler.submit(step_request)
+            result = await scheduler.submit(step_request, None if child is None else TracedTimes(trace=child))
         except Exception:
             step_lv.stats.fail.add(time.perf_counter_ns() - started)
             raise
+        finally:
+            if child is not None:
+                child.mark("REQUEST_END", time.perf_counter_ns())
         step_lv.stats.success.add(time.perf_counter_ns() - started)
         return result
 
@@ -145,16 +161,22 @@ async def _ensemble(
         started = time.perf_counter_ns()
         channel = ResponseChannel(asyncio.get_running_loop())
         active.append(channel)
+        child = None if traced is None else dp.tracing.step(traced, step.model_name, step_lv.version, started)
+        times = None if child is None else TracedTimes(trace=child)
         try:
-            async with contextlib.aclosing(model_items(step_lv, step_request, channel)) as items:
+            async with contextlib.aclosing(model_items(step_lv, step_request, channel, times)) as items:
                 async for item in items:
                     if item.error is not None:
                         step_lv.stats.fail.add(time.perf_counter_ns() - started)
                         raise item.error
                     if item.outputs is not None:
+                        if child is not None:
+                            child.mark("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                         yield item.outputs
         finally:
             active.remove(channel)
+            if child is not None:
+                child.mark("REQUEST_END", time.perf_counter_ns())
         step_lv.stats.success.add(time.perf_counter_ns() - started)
 
     with Registry.holding(*steps.values(), lv):
