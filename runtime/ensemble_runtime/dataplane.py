@@ -206,6 +206,7 @@ class DataPlane:
         )
         self.in_flight += 1
         parameters: dict[str, bool | int | float | str] = {}
+        outputs = None
         try:
             if rec.ensemble is not None:
                 compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
@@ -225,7 +226,7 @@ class DataPlane:
         finally:
             self.in_flight -= 1
             if traced is not None:
-                self.tracing.end(traced, admitted.model_name)
+                self.tracing.end(traced, admitted.model_name, answered=outputs is not None)
         self._count_success(admitted, time.perf_counter_ns())
         return self._respond(admitted, outputs, parameters)
 

@@ -15,8 +15,9 @@ as Triton does; every value is checked before any is applied.
 Deliberate differences: `TENSORS` (Triton's tensor dumps) is refused, not half done; an unknown level is refused,
 not passed over; a wrong value is a 400 naming the setting (Triton: 500 for a value that is not a string); a
 trace level other than OFF needs a trace file. Traces hold no front end times (Triton's `GRPC_*`/`HTTP_*`):
-the front end is the native core, which keeps no per-request clock; INFER_RESPONSE_COMPLETE is marked for
-the responses of decoupled models and ensembles (one per response), not for a request's one response.
+the front end is the native core, which keeps no per-request clock. INFER_RESPONSE_COMPLETE is marked as each
+response is complete: for a request's one response, after its compute (tritonserver's python stub sends it
+inside), and for each response of a decoupled model or ensemble (and of a decoupled step) as it is sent.
 """
 
 from __future__ import annotations

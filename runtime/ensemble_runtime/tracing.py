@@ -48,9 +48,13 @@ class Tracing:
         traced.append(child)
         return child
 
-    def end(self, traced: list[Trace], model: str) -> None:
-        """On the loop, as the request is answered: held, or written with those held when a file is due."""
-        traced[0].mark("REQUEST_END", time.perf_counter_ns())
+    def end(self, traced: list[Trace], model: str, answered: bool = False) -> None:
+        """On the loop, as the request ends (`answered`: with its one response, which completes now): held, or
+        written with those held when a file is due."""
+        now = time.perf_counter_ns()
+        if answered:
+            traced[0].mark("INFER_RESPONSE_COMPLETE", now)
+        traced[0].mark("REQUEST_END", now)
         due = self.control.finish(traced, model)
         if due is not None:
             self._write(*due)
