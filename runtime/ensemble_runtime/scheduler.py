@@ -168,7 +168,7 @@ class Scheduler:
             self._leave_queued()
         end = time.perf_counter_ns()
         queue_ns, compute = _queued_times(enqueued, ran, end)
-        if times is not None:
+        if times is not None:  # a trace's compute is the run on the instance's thread: its inputs were ready
             times.ran(ran.started_ns, ran.started_ns, ran.ended_ns, end)
         return self._finish(request, result, queue_ns, compute, times)
 

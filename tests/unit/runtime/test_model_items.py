@@ -15,6 +15,7 @@ from ensemble_runtime.errors import InferenceError, unavailable
 from ensemble_runtime.inference import BackendRequest
 from ensemble_runtime.registry import LoadedVersion
 from ensemble_runtime.responses import StreamItem
+from ensemble_runtime.stats import ComputeTimes
 from ensemble_runtime.stream_inference import model_items
 
 
@@ -27,7 +28,7 @@ class Scheduler:
     refusal: BaseException | None = None
     returned: bool = False
 
-    async def submit(self, request: BackendRequest) -> dict[str, Any]:
+    async def submit(self, request: BackendRequest, times: ComputeTimes | None = None) -> dict[str, Any]:
         if self.refusal is not None:
             raise self.refusal
         assert request.responses is not None

@@ -56,6 +56,16 @@ def test_bad_flags_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--http-restricted-api" in capsys.readouterr().err
 
 
+def test_trace_config_is_tritons_and_checked_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = parse_settings(["--trace-config", "triton,file=/t.json", "--trace-config", "level=TIMESTAMPS",
+                               "--trace-config=rate=10"]).trace_settings()
+    assert (settings.file, settings.level, settings.rate, settings.count) == ("/t.json", ("TIMESTAMPS",), 10, -1)
+    assert RuntimeSettings().trace_settings().level == ("OFF",)
+    with pytest.raises(SystemExit):
+        parse_settings(["--trace-config=level=TIMESTAMPS"])  # no file to write the traces to
+    assert "tracing needs a trace file" in capsys.readouterr().err
+
+
 def test_grpc_connection_flags_are_tritons_with_its_defaults() -> None:
     # tritonserver's --grpc-keepalive-time and --grpc-keepalive-timeout (milliseconds); the handshake timeout is
     # grpc core's fixed one, ours to set
