@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ensemble_runtime.ensemble import EnsembleGraph, Step
@@ -56,14 +56,15 @@ async def infer_stream(
     start = time.perf_counter_ns()
     # a request the trace settings sample: each response's completion marked too (Triton's INFER_RESPONSE_COMPLETE)
     traced = dp.tracing.begin(request.model_name, lv.version, request.id, start) if dp.tracing.control.active else None
+    channels: list[ResponseChannel] = []  # of the decoupled calls (a traced request ends when they have too)
     dp.in_flight += 1
     try:
         if traced is not None:
             traced[0].mark("QUEUE_START", time.perf_counter_ns())
         if ensemble is not None:
-            responses = _ensemble(dp, lv, ensemble.graph, backend_request, traced)
+            responses = _ensemble(dp, lv, ensemble.graph, backend_request, traced, channels)
         else:
-            responses = _model(lv, backend_request, traced[0] if traced else None)
+            responses = _model(lv, backend_request, traced[0] if traced else None, channels)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 if traced is not None and response.response is not None:
@@ -75,7 +76,7 @@ async def infer_stream(
     finally:
         dp.in_flight -= 1
         if traced is not None:
-            dp.tracing.end(traced, request.model_name)
+            after_calls(channels, functools.partial(dp.tracing.end, traced, request.model_name))
     lv.stats.success.add(time.perf_counter_ns() - start)
     lv.stats.last_inference_ms = int(time.time() * 1000)
 
@@ -104,6 +105,16 @@ async def model_items(
         channel.cancel()
 
 
+def after_calls(channels: list[ResponseChannel], then: Callable[[], None]) -> None:
+    """`then()` once the decoupled calls answering through `channels` have returned: at once if they have (a
+    decoupled model may send its final response before `execute` returns, or after)."""
+    running = [c.call for c in channels if c.call is not None and not c.call.done()]
+    if not running:
+        then()
+        return
+    asyncio.gather(*running, return_exceptions=True).add_done_callback(lambda _: then())
+
+
 def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: asyncio.Future[Any]) -> None:
     """A call that ended in an error (the scheduler refused it: nothing ran, nothing was sent) ends its channel
     with it, for `model_items` to raise."""
@@ -115,10 +126,14 @@ def _end_refused(channel: ResponseChannel, refused: list[BaseException], call: a
     channel.put(StreamItem(error=error, final=True))
 
 
-async def _model(lv: LoadedVersion, request: BackendRequest, trace: Trace | None) -> AsyncGenerator[StreamResponse, None]:
+async def _model(
+    lv: LoadedVersion, request: BackendRequest, trace: Trace | None, channels: list[ResponseChannel]
+) -> AsyncGenerator[StreamResponse, None]:
     with Registry.holding(lv):
+        channel = ResponseChannel(asyncio.get_running_loop())
+        channels.append(channel)
         times = None if trace is None else TracedTimes(trace=trace)
-        async with contextlib.aclosing(model_items(lv, request, times=times)) as items:
+        async with contextlib.aclosing(model_items(lv, request, channel, times)) as items:
             async for item in items:
                 if item.error is not None:
                     yield StreamResponse(error=item.error, final=item.final)
@@ -130,7 +145,8 @@ async def _model(lv: LoadedVersion, request: BackendRequest, trace: Trace | None
 
 
 async def _ensemble(
-    dp: DataPlane, lv: LoadedVersion, graph: EnsembleGraph, request: BackendRequest, traced: list[Trace] | None
+    dp: DataPlane, lv: LoadedVersion, graph: EnsembleGraph, request: BackendRequest, traced: list[Trace] | None,
+    channels: list[ResponseChannel],
 ) -> AsyncGenerator[StreamResponse, None]:
     steps = dict(dp.registry.ensemble_set(lv.model))  # one version set for every response of the request
     if not steps:
@@ -161,6 +177,7 @@ async def _ensemble(
         started = time.perf_counter_ns()
         channel = ResponseChannel(asyncio.get_running_loop())
         active.append(channel)
+        channels.append(channel)
         child = None if traced is None else dp.tracing.step(traced, step.model_name, step_lv.version, started)
         times = None if child is None else TracedTimes(trace=child)
         try:
@@ -176,7 +193,7 @@ async def _ensemble(
         finally:
             active.remove(channel)
             if child is not None:
-                child.mark("REQUEST_END", time.perf_counter_ns())
+                after_calls([channel], lambda: child.mark("REQUEST_END", time.perf_counter_ns()))
         step_lv.stats.success.add(time.perf_counter_ns() - started)
 
     with Registry.holding(*steps.values(), lv):

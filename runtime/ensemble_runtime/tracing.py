@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +18,14 @@ log = logging.getLogger(__name__)
 
 
 def write(path: str, traces: Sequence[Trace]) -> None:
-    """Write `traces` to `path` (replacing it); a failure is logged, not raised: tracing never fails a request."""
+    """Write `traces` to `path` (replacing it) whole: written beside it under a hidden name first, then renamed,
+    so that a reader never finds half a file. A failure is logged, not raised: tracing never fails a request."""
     records = [record for trace in traces for record in trace.records()]
+    target = Path(path)
+    staged = target.with_name(f".{target.name}.writing")
     try:
-        Path(path).write_text(json.dumps(records), encoding="utf-8")
+        staged.write_text(json.dumps(records), encoding="utf-8")
+        os.replace(staged, target)
     except OSError as exc:
         log.error("could not write %d trace(s) to %s: %s", len(traces), path, exc)
 

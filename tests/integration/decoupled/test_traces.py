@@ -5,8 +5,6 @@ responses, the step after it once per response)."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import numpy as np
 
 from tests.integration.decoupled.streams import Stream, repeat_inputs, tensor
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.traces import wait_traces
 
 MODELS = Path(__file__).parent / "models"
 WAIT = 60.0  # seconds: a loaded 2-core machine
@@ -22,17 +21,7 @@ WAIT = 60.0  # seconds: a loaded 2-core machine
 def _traces(trace_file: Path, requests: int) -> list[dict[str, Any]]:
     """The traces written once `requests` requests were traced (log_frequency 1: one file each), each head
     record with its points [(name, ns)] sorted by time."""
-    deadline = time.monotonic() + WAIT
-    while len(files := list(trace_file.parent.glob(trace_file.name + ".*"))) < requests:
-        assert time.monotonic() < deadline, f"{len(files)} trace files of {requests}"
-        time.sleep(0.05)
-    traces: dict[int, dict[str, Any]] = {}
-    for path in files:
-        for record in json.loads(path.read_text()):
-            if "timestamps" in record:
-                traces[record["id"]]["points"] += [(t["name"], t["ns"]) for t in record["timestamps"]]
-            else:
-                traces[record["id"]] = {**record, "points": []}
+    traces = wait_traces(trace_file, requests, WAIT)
     for trace in traces.values():
         trace["points"].sort(key=lambda point: point[1])
     return list(traces.values())
@@ -49,16 +38,22 @@ def test_decoupled_requests_are_traced_per_response(tmp_path: Path) -> None:
     with RuntimeProcess([MODELS], flags) as proc:
         proc.wait_model_ready("stream_pipeline", WAIT)
         with Stream(proc.grpc_url) as stream:
-            stream.send("repeat_int32", repeat_inputs([4, 5, 6]), "repeat", empty_final=True)
+            # responses sent after `execute` returned (DELAY), and the final one before it returns (WAIT): the
+            # trace ends when both the call and the responses have
+            stream.send("repeat_int32", repeat_inputs([4, 5, 6], delay_ms=20), "repeat", empty_final=True)
             assert [m.outputs["OUT"] for m in stream.until_final() if m.outputs] == [[4], [5], [6]]
-            stream.send("stream_pipeline", [tensor("TEXT", np.array([1, 2], np.int32), "INT32")], "pipeline", empty_final=True)
+            stream.send("repeat_int32", repeat_inputs([7], wait_ms=300), "late-return", empty_final=True)
+            assert [m.outputs["OUT"] for m in stream.until_final() if m.outputs] == [[7]]
+            stream.send("stream_pipeline", [tensor("TEXT", np.array([1, 2], np.int32), "INT32")], "pipeline",
+                        empty_final=True)
             assert len([m for m in stream.until_final() if m.outputs]) == 2
-        traces = _traces(trace_file, 2)
-    [repeat] = [t for t in traces if t["request_id"] == "repeat"]
-    assert repeat["model_name"] == "repeat_int32" and "parent_id" not in repeat
-    names = _names(repeat)
-    assert names[:3] == ["REQUEST_START", "QUEUE_START", "COMPUTE_START"] and names[-1] == "REQUEST_END"
-    assert names.count("INFER_RESPONSE_COMPLETE") == 3 and names.count("COMPUTE_END") == 1
+        traces = _traces(trace_file, 3)
+    for request_id, responses in (("repeat", 3), ("late-return", 1)):
+        [repeat] = [t for t in traces if t["request_id"] == request_id]
+        assert repeat["model_name"] == "repeat_int32" and "parent_id" not in repeat
+        names = _names(repeat)
+        assert names[:3] == ["REQUEST_START", "QUEUE_START", "COMPUTE_START"] and names[-1] == "REQUEST_END", names
+        assert names.count("INFER_RESPONSE_COMPLETE") == responses and names.count("COMPUTE_END") == 1, names
     pipeline = {t["id"]: t for t in traces if t["request_id"] == "pipeline"}
     [parent] = [t for t in pipeline.values() if "parent_id" not in t]
     assert parent["model_name"] == "stream_pipeline"

@@ -13,7 +13,6 @@ import http.client
 import itertools
 import json
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from bench.models import build_chain_repository
 from bench.triton_peer import not_installed_reason
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.server_process import ServerProcess
+from tests.support.traces import read_traces, wait_traces
 
 WAIT = 60.0  # seconds: a loaded 2-core machine
 TRITON_MISSING = not_installed_reason()
@@ -96,27 +96,6 @@ def _stream(server: ServerProcess, model: str, request_id: str) -> None:
     np.testing.assert_array_equal(answer.as_numpy("Y"), np.ones(16, np.float32))
 
 
-def _traces(files: list[Path]) -> dict[int, dict[str, Any]]:
-    """Trace id -> its head record with `points`: [(name, ns)] in the order written."""
-    traces: dict[int, dict[str, Any]] = {}
-    for path in files:
-        for record in json.loads(path.read_text()):
-            if "timestamps" in record:
-                traces[record["id"]]["points"] += [(t["name"], t["ns"]) for t in record["timestamps"]]
-            else:
-                traces[record["id"]] = {**record, "points": []}
-    return traces
-
-
-def _wait_files(pattern: Path, count: int) -> list[Path]:
-    deadline = time.monotonic() + WAIT
-    while True:
-        files = sorted(pattern.parent.glob(pattern.name + ".*"), key=lambda p: int(p.suffix[1:]))
-        if len(files) >= count or time.monotonic() > deadline:
-            return files
-        time.sleep(0.05)
-
-
 def _in_time_order(points: list[tuple[str, int]]) -> bool:
     return all(a[1] <= b[1] for a, b in itertools.pairwise(points))
 
@@ -180,9 +159,7 @@ def test_traced_requests_are_written_every_log_frequency(root: Path, tmp_path: P
         _infer(proc, "add_one_0", "single", "grpc")
         _infer(proc, "chain2", "pair", "http")
         _stream(proc, "add_one_0", "streamed")
-        files = _wait_files(trace_file, 3)
-        assert len(files) == 3
-        traces = _traces(files)
+        traces = wait_traces(trace_file, 3, WAIT)
         # the statistics count traced requests as any other
         with proc.grpc_client() as client:
             stats = client.get_inference_statistics("add_one_0", as_json=True)["model_stats"][0]
@@ -218,7 +195,7 @@ def test_rate_and_count_then_the_rest_at_stop(root: Path, tmp_path: Path) -> Non
         assert _request(proc, "GET", "/v2/trace/setting")[1]["trace_count"] == "0"
         assert not trace_file.exists()
     assert proc.stop() == 0
-    traces = _traces([trace_file])
+    traces = read_traces([trace_file])
     assert sorted(t["request_id"] for t in traces.values()) == ["r0", "r2", "r4"]
 
 
@@ -271,8 +248,8 @@ def test_matches_triton(root: Path, tmp_path: Path) -> None:
         for server in (ours, theirs):
             _infer(server, "add_one_0", "single")
             _infer(server, "chain2", "pair")
-        mine_traces = _traces(_wait_files(mine_file, 2))
-        peer_traces = _traces(_wait_files(peer_file, 2))
+        mine_traces = wait_traces(mine_file, 2, WAIT)
+        peer_traces = wait_traces(peer_file, 2, WAIT)
 
     def shapes(traces: dict[int, dict[str, Any]]) -> list[tuple[str, str, bool, list[str]]]:
         """What each trace says, without ids, times and Triton's front end points (the points as a set: where

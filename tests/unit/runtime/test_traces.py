@@ -155,7 +155,9 @@ def test_records_and_the_file_are_tritons_shape(tmp_path: Path) -> None:
     trace.mark("REQUEST_END", 18)
     assert (total.input_ns, total.infer_ns, total.output_ns) == (1, 2, 3)
     path = tmp_path / "trace.json"
+    path.write_text("an older file")
     write(str(path), [trace])
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]  # replaced whole, nothing left beside it
     records = json.loads(path.read_text())
     assert records[0] == {"id": 1, "model_name": "m", "model_version": 2, "request_id": "req"}
     assert [(r["id"], r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in records[1:]] == [
