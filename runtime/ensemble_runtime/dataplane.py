@@ -199,10 +199,9 @@ class DataPlane:
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
-        traces = self.tracing.control
         traced = (
             self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
-            if traces.active else None
+            if self.tracing.control.active else None
         )
         self.in_flight += 1
         parameters: dict[str, bool | int | float | str] = {}

@@ -23,7 +23,7 @@ inside), and for each response of a decoupled model or ensemble (and of a decoup
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ensemble_runtime.errors import ErrorCode, InferenceError, invalid
@@ -39,6 +39,7 @@ FILE_REFUSAL = "trace file location can not be updated through network protocol"
 # Triton's setting name -> TraceSettings field
 NAMES = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency",
          "trace_file": "file", "trace_mode": "mode"}
+FLAG_NAMES = {field: name for name, field in NAMES.items()}  # --trace-config's names -> Triton's
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +143,6 @@ class Trace:
         return [head, *({"id": self.id, "timestamps": [{"name": n, "ns": ns}]} for n, ns in self.stamps)]
 
 
-@dataclass(slots=True)
-class _Scope:
-    """The sampling of one settings scope: the global one, or a model's with a trace count of its own."""
-
-    seen: int = 0
-
-
 class TraceControl:
     """The live trace settings (global, and per model the fields set for it), the sampling of requests, and the
     traces taken until they are written (`finish` hands over what is due for a file)."""
@@ -157,7 +151,8 @@ class TraceControl:
         self._start = start
         self._global = start
         self._models: dict[str, dict[str, object]] = {}  # model -> the fields set for it
-        self._scopes: dict[str, _Scope] = {"": _Scope()}  # "" the global one; a model with a count of its own
+        # requests seen per sampling scope: "" the global one, a model's where it has a trace count of its own
+        self._seen: dict[str, int] = {"": 0}
         self._next_id = 1
         self._held: list[Trace] = []
         self._files = 0  # files written so far (log_frequency > 0: the next one's suffix)
@@ -180,9 +175,9 @@ class TraceControl:
             self._check_file(replace(self._global, **own))  # type: ignore[arg-type]
             self._models[model] = own
             if "count" in changes:
-                self._scopes.pop(model, None)
+                self._seen.pop(model, None)
                 if "count" in own:
-                    self._scopes[model] = _Scope()
+                    self._seen[model] = 0
         else:
             values = {n: getattr(self._start, n) if v is None else v for n, v in changes.items()}
             candidate = replace(self._global, **values)  # type: ignore[arg-type]
@@ -190,8 +185,14 @@ class TraceControl:
             for own in self._models.values():
                 self._check_file(replace(candidate, **own))  # type: ignore[arg-type]
             self._global = candidate
-        self.active = self._global.on or any(self.settings(m).on for m in self._models)
+        self._refresh_active()
         return self.settings(model)
+
+    def _refresh_active(self) -> None:
+        self.active = self._global.on or any(self.settings(m).on for m in self._models)
+
+    def _scope(self, model: str) -> str:
+        return model if model in self._seen else ""
 
     def _check_file(self, settings: TraceSettings) -> None:
         if settings.on and not settings.file:
@@ -200,26 +201,23 @@ class TraceControl:
     def due(self, model: str) -> bool:
         """Whether the next request of `model` is to be traced (nothing counted: `begin` or `pass_over` does)."""
         settings = self.settings(model)
-        return settings.on and self._scopes[model if model in self._scopes else ""].seen % settings.rate == 0
+        return settings.on and self._seen[self._scope(model)] % settings.rate == 0
 
     def pass_over(self, model: str) -> None:
         """Count a request of `model` that `due` said is not traced, taken without `begin`."""
         if self.settings(model).on:
-            self._scopes[model if model in self._scopes else ""].seen += 1
+            self._seen[self._scope(model)] += 1
 
     def begin(self, model: str, version: int, request_id: str) -> Trace | None:
         """A trace for this request when its model's settings sample it (one in every `trace_rate`, while the
         count lasts), else None; counted either way."""
-        settings = self.settings(model)
-        if not settings.on:
+        sampled = self.due(model)
+        self.pass_over(model)
+        if not sampled:
             return None
-        key = model if model in self._scopes else ""
-        scope = self._scopes[key]
-        scope.seen += 1
-        if (scope.seen - 1) % settings.rate:
-            return None
-        if settings.count > 0:
-            self._count_down(key, settings.count - 1)
+        count = self.settings(model).count
+        if count > 0:
+            self._count_down(self._scope(model), count - 1)
         return self._new(model, version, request_id, 0)
 
     def _count_down(self, key: str, left: int) -> None:
@@ -228,7 +226,7 @@ class TraceControl:
         else:
             self._global = replace(self._global, count=left)
         if left == 0:
-            self.active = self._global.on or any(self.settings(m).on for m in self._models)
+            self._refresh_active()
 
     def child(self, parent: Trace, model: str, version: int) -> Trace:
         """The trace of an ensemble step of a traced request."""
@@ -277,7 +275,7 @@ def settings_from_flags(entries: Sequence[str]) -> TraceSettings:
                 raise ValueError(f"--trace-config {entry!r}: only the '{TRITON}' trace mode is served")
             entry = rest
         name, eq, value = entry.partition("=")
-        if not eq or name not in {f.name for f in fields(TraceSettings)}:
+        if not eq or name not in FLAG_NAMES:
             raise ValueError(f"--trace-config {entry!r}: expected NAME=VALUE, NAME one of level, rate, count, "
                              "log_frequency, file, mode")
         if name == "mode":
@@ -287,9 +285,8 @@ def settings_from_flags(entries: Sequence[str]) -> TraceSettings:
         if name == "file":
             values["file"] = value
             continue
-        triton_name = {v: k for k, v in NAMES.items()}[name]
         try:
-            values[name] = _checked(triton_name, [value.upper()] if name == "level" else value)
+            values[name] = _checked(FLAG_NAMES[name], [value.upper()] if name == "level" else value)
         except InferenceError as exc:
             raise ValueError(f"--trace-config {entry!r}: {exc.message}") from None
     settings = replace(TraceSettings(), **values)  # type: ignore[arg-type]
