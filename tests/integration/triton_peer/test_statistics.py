@@ -8,6 +8,7 @@ and finds no ensemble statistics when they are empty). Needs the peer (tools/set
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,15 +76,34 @@ def stats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
         for name, server in (("ours", ours), ("triton", triton)):
             server.wait_ready(120)
             _load(server)
-            with server.grpc_client() as grpc, server.http_client() as http:
-                out[name] = {
-                    "grpc": {e["name"]: e for e in grpc.get_inference_statistics(as_json=True)["model_stats"]},
-                    "http": {e["name"]: e for e in http.get_inference_statistics()["model_stats"]},
-                }
+            out[name] = _settled(server)
         # the runtime still answers after all of it
         with ours.grpc_client() as grpc:
             assert grpc.infer("chain2", [_grpc_input("IN", np.zeros(16, np.float32))]).as_numpy("OUT")[0] == 2.0
         yield out
+
+
+def _read(server: Server) -> dict[str, Any]:
+    with server.grpc_client() as grpc, server.http_client() as http:
+        return {
+            "grpc": {e["name"]: e for e in grpc.get_inference_statistics(as_json=True)["model_stats"]},
+            "http": {e["name"]: e for e in http.get_inference_statistics()["model_stats"]},
+        }
+
+
+def _settled(server: Server) -> dict[str, Any]:
+    """The statistics once the load's last request is counted: tritonserver counts a request after its response
+    has left (a busy machine showed its last `guarded` request missing from a read right after the answer), so
+    read until `refuse_negative` has all 5 executions and two reads 0.2 s apart agree."""
+    deadline = time.monotonic() + 60
+    last: dict[str, Any] | None = None
+    while True:
+        current = _read(server)
+        executed = _counts(current["grpc"].get("refuse_negative", {}))["compute_infer.count"]
+        if (executed >= 5 and current == last) or time.monotonic() > deadline:
+            return current
+        last = current
+        time.sleep(0.2)
 
 
 def _counts(entry: dict[str, Any]) -> dict[str, Any]:
