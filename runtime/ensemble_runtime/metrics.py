@@ -1,78 +1,120 @@
-"""Prometheus metrics with Triton's names, read from the registry at scrape time (no global registry)."""
+"""Prometheus metrics with Triton's names, read from the registry at scrape time (no global registry), and the
+metric families Python models define (`custom_metrics.py`).
+
+Each family is a prometheus_client `Metric` whose samples carry the family's own name, as Triton writes them: a
+counter is `nv_inference_count`, not `nv_inference_count_total` (protocol/metrics_text.py renders them).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from ensemble_runtime.custom_metrics import CustomMetrics, FamilyValues, MetricKind
+from ensemble_runtime.metrics_text import value_text
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.storage import Storage
 
 _LABELS = ["model", "version"]
 
 
+class _Family(Metric):
+    """A family whose `add_metric` takes label values in the order of its label names, as the
+    prometheus_client families do, and names each sample after the family."""
+
+    def __init__(self, name: str, documentation: str, typ: str, labels: Sequence[str]) -> None:
+        super().__init__(name, documentation, typ)
+        self._label_names = tuple(labels)
+
+    def add_metric(self, values: Sequence[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._label_names, values, strict=True)), value)
+
+
+def _counter(name: str, documentation: str, labels: Sequence[str]) -> _Family:
+    return _Family(name, documentation, "counter", labels)
+
+
+def _gauge(name: str, documentation: str, labels: Sequence[str]) -> _Family:
+    return _Family(name, documentation, "gauge", labels)
+
+
+
+
+def _us(duration: Duration) -> int:
+    return duration.ns // 1000  # whole microseconds, as Triton counts them
+
+
+# the per-version counters Triton keeps: (name, Triton's help text, what it counts)
+_PER_VERSION: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+     lambda s: s.success.count),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", lambda s: s.fail.count),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
+     lambda s: s.inference_count),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
+     lambda s: s.execution_count),
+    ("nv_inference_request_duration_us",
+     "Cumulative inference request duration in microseconds (includes cached requests)", lambda s: _us(s.success)),
+    ("nv_inference_queue_duration_us",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)", lambda s: _us(s.queue)),
+    ("nv_inference_compute_input_duration_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)",
+     lambda s: _us(s.compute_input)),
+    ("nv_inference_compute_infer_duration_us",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)",
+     lambda s: _us(s.compute_infer)),
+    ("nv_inference_compute_output_duration_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+     lambda s: _us(s.compute_output)),
+)
+
+
 class RuntimeCollector(Collector):
     def __init__(self, registry: Registry, storage: Storage | None = None,
-                 settle: Callable[[], None] | None = None) -> None:
+                 settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None) -> None:
         self._registry = registry
         self._storage = storage
         self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
+        self._custom = custom
 
     def collect(self) -> Iterator[Metric]:
         if self._settle is not None:
             self._settle()
-        success = CounterMetricFamily("nv_inference_request_success", "Number of successful inference requests", labels=_LABELS)
-        failure = CounterMetricFamily("nv_inference_request_failure", "Number of failed inference requests", labels=_LABELS)
-        count = CounterMetricFamily("nv_inference_count", "Number of inferences performed (batch elements)", labels=_LABELS)
-        execs = CounterMetricFamily("nv_inference_exec_count", "Number of model executions performed", labels=_LABELS)
-        durations = {
-            "success": CounterMetricFamily("nv_inference_request_duration_us", "Cumulative request duration", labels=_LABELS),
-            "queue": CounterMetricFamily("nv_inference_queue_duration_us", "Cumulative time requests spent queued", labels=_LABELS),
-            "compute_input": CounterMetricFamily(
-                "nv_inference_compute_input_duration_us", "Cumulative compute input duration", labels=_LABELS
-            ),
-            "compute_infer": CounterMetricFamily(
-                "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration", labels=_LABELS
-            ),
-            "compute_output": CounterMetricFamily(
-                "nv_inference_compute_output_duration_us", "Cumulative compute output duration", labels=_LABELS
-            ),
-        }
-        ready = GaugeMetricFamily("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
-        served = GaugeMetricFamily(
+        counters = [(_counter(name, help_text, _LABELS), count) for name, help_text, count in _PER_VERSION]
+        ready = _gauge("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
+        served = _gauge(
             "ensemble_served_version", "Version each step of an ensemble runs now", labels=["ensemble", "step", "model"]
         )
-        failures = GaugeMetricFamily(
+        failures = _gauge(
             "ensemble_model_load_failure", "1 when the latest load of a model version failed", labels=_LABELS
         )
         for name, rec in sorted(self._registry.records.items()):
             for number, lv in sorted(rec.versions.items()):
                 labels = [name, str(number)]
                 stats = lv.stats
-                success.add_metric(labels, stats.success.count)
-                failure.add_metric(labels, stats.fail.count)
-                count.add_metric(labels, stats.inference_count)
-                execs.add_metric(labels, stats.execution_count)
-                for key, family in durations.items():
-                    family.add_metric(labels, getattr(stats, key).ns / 1000)
+                for family, counted in counters:
+                    family.add_metric(labels, counted(stats))
                 ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
                 failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
             if rec.ensemble is not None:
                 for index, lv in sorted(rec.ensemble.steps.items()):
                     served.add_metric([name, str(index), lv.model], lv.version)
-        yield from (success, failure, count, execs, *durations.values(), ready, served, failures)
+        yield from (*(family for family, _ in counters), ready, served, failures)
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
+        if self._custom is not None:
+            yield from (_custom_family(values) for values in self._custom.collect())
 
     @staticmethod
     def _storage_metrics(storage: Storage) -> Iterator[Metric]:
-        reachable = GaugeMetricFamily("ensemble_repository_reachable", "1 when the last sync listed the source", labels=["source"])
-        failures = CounterMetricFamily("ensemble_repository_sync_failures", "Syncs whose listing failed", labels=["source"])
-        errors = GaugeMetricFamily("ensemble_repository_fetch_errors", "Models or versions the last sync could not fetch", labels=["source"])
-        last = GaugeMetricFamily("ensemble_repository_last_sync_timestamp_seconds", "Time of the last listing that worked", labels=["source"])
+        reachable = _gauge("ensemble_repository_reachable", "1 when the last sync listed the source", labels=["source"])
+        failures = _counter("ensemble_repository_sync_failures", "Syncs whose listing failed", labels=["source"])
+        errors = _gauge("ensemble_repository_fetch_errors", "Models or versions the last sync could not fetch", labels=["source"])
+        last = _gauge("ensemble_repository_last_sync_timestamp_seconds", "Time of the last listing that worked", labels=["source"])
         for status in storage.status:
             reachable.add_metric([status.label], 0.0 if status.error else 1.0)
             failures.add_metric([status.label], status.failures)
@@ -81,8 +123,32 @@ class RuntimeCollector(Collector):
         yield from (reachable, failures, errors, last)
 
 
+# what the server's own families are called: a model's families may not take these names
+SERVER_METRIC_NAMES = frozenset({
+    *(name for name, _, _ in _PER_VERSION),
+    "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
+    "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
+    "ensemble_repository_last_sync_timestamp_seconds",
+})
+
+
+def _custom_family(values: FamilyValues) -> Metric:
+    family = Metric(values.name, values.description, values.kind.name.lower())
+    for metric in values.metrics:
+        labels = dict(metric.labels)
+        if values.kind != MetricKind.HISTOGRAM:
+            family.add_sample(values.name, labels, metric.value)
+            continue
+        for bound, count in metric.buckets:
+            family.add_sample(f"{values.name}_bucket", {**labels, "le": value_text(bound)}, count)
+        family.add_sample(f"{values.name}_sum", labels, metric.total)
+        family.add_sample(f"{values.name}_count", labels, metric.count)
+    return family
+
+
 def build_metrics_registry(registry: Registry, storage: Storage | None = None,
-                           settle: Callable[[], None] | None = None) -> CollectorRegistry:
+                           settle: Callable[[], None] | None = None,
+                           custom: CustomMetrics | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage, settle))
+    metrics.register(RuntimeCollector(registry, storage, settle, custom))
     return metrics

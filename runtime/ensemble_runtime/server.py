@@ -21,6 +21,7 @@ from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
 from ensemble_runtime.config.config_files import ConfigFiles
+from ensemble_runtime.custom_metrics import CustomMetrics
 from ensemble_runtime.dataplane import BLS_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.memory import make_device_free
@@ -28,7 +29,7 @@ from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.load_journal import JOURNAL_FILENAME, LoadJournal
 from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
-from ensemble_runtime.metrics import build_metrics_registry
+from ensemble_runtime.metrics import SERVER_METRIC_NAMES, build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
@@ -83,10 +84,11 @@ def build_journal(settings: RuntimeSettings) -> LoadJournal | None:
 @dataclass(frozen=True, slots=True)
 class Planes:
     """What the transports call: `data` for inference, health, metadata and statistics, `repository` for the
-    model repository extension and the storage status."""
+    model repository extension and the storage status, `custom_metrics` for the families models define."""
 
     data: DataPlane
     repository: RepositoryPlane
+    custom_metrics: CustomMetrics | None = None
 
 
 def build_dataplane(settings: RuntimeSettings, backends: dict[str, Backend]) -> DataPlane:
@@ -109,10 +111,11 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
     storage = Storage(build_sources(settings, cache, journal), registry)
     roots = [Path(r) for r in settings.model_repositories if "://" not in r] + storage.roots
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_factor, MemoryPolicy(settings.memory_policy))
+    custom_metrics = CustomMetrics(reserved=SERVER_METRIC_NAMES)
     loader = VersionLoader(backends=backends, caller=call_model, cache_dir=cache, budget=budget,
                            device_free=make_device_free(os.environ), journal=journal,
                            timeout_secs=settings.model_load_timeout_secs, max_instances=settings.max_instances_per_model,
-                           stream_caller=stream_model)
+                           stream_caller=stream_model, custom_metrics=custom_metrics)
 
     async def sync_before_load(names: Collection[str]) -> None:
         await storage.sync(names, settle=True)
@@ -126,7 +129,7 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
     repository = RepositoryPlane(manager=manager, storage=storage,
                                  repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
-    return Planes(dataplane, repository)
+    return Planes(dataplane, repository, custom_metrics)
 
 
 METRICS_BODY_BYTES = 64 * 1024  # the metrics core's infer limits: unused, as it forwards every request
@@ -181,7 +184,7 @@ class Server:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage,
-                                             self.dataplane.settle_answered)
+                                             self.dataplane.settle_answered, self.planes.custom_metrics)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,

@@ -22,6 +22,7 @@ from ensemble_runtime.backends.base import (
 )
 from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.custom_metrics import CustomMetrics
 from ensemble_runtime.errors import InferenceError, must_propagate
 from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
@@ -51,6 +52,7 @@ class VersionLoader:
     device_free: DeviceFree | None = None
     journal: LoadJournal | None = None  # versions loading when the process last died (None: not kept)
     stream_caller: ModelStreamCaller | None = None  # BLS to decoupled models (exec(decoupled=True))
+    custom_metrics: CustomMetrics | None = None  # Python models' own metric families (pb_utils.MetricFamily)
 
     def died_loading(self, name: str, config: mc.ModelConfig, versions: Mapping[int, Path]) -> dict[int, str]:
         """Those of `versions` (number -> path) that were loading, with the same fingerprint, when an earlier
@@ -108,7 +110,7 @@ class VersionLoader:
             async with deadline:
                 instances = await backend.load(
                     LoadContext(prepared, version, path, model_path, self.caller, self.cache_dir,
-                                self.stream_caller)
+                                self.stream_caller, self.custom_metrics)
                 )
                 scheduler = self._scheduler(lv, prepared, model_path, instances)
                 scheduler.start()

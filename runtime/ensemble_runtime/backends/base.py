@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime.config.model_config import ConfigError
+from ensemble_runtime.custom_metrics import CustomMetrics
 from ensemble_runtime.inference import BackendRequest, BackendResult, InferRequest, InferResponse
 from ensemble_runtime.responses import StreamResponse
 
@@ -93,6 +94,7 @@ class LoadContext:
     caller: ModelCaller
     cache_dir: Path | None = None
     stream_caller: ModelStreamCaller | None = None
+    custom_metrics: CustomMetrics | None = None  # where a Python model's `pb_utils.MetricFamily`s go
 
 
 class Backend(Protocol):

@@ -235,7 +235,8 @@ def storage_status(proc: RuntimeProcess) -> dict[str, Any]:
 
 
 def metric(proc: RuntimeProcess, name: str) -> float:
-    """The value of a `ensemble_repository_*` metric for the (only) source."""
+    """The value of a `ensemble_repository_*` metric for the (only) source; a counter's by the name
+    prometheus_client's parser gives its samples (`<name>_total`; /metrics writes `<name>`, as Triton does)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5.0) as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):

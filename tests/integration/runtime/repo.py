@@ -153,3 +153,25 @@ def generate_models(root: Path) -> None:
     response per token; `hold` waits for GENERATE_GATE_DIR/release after the first)."""
     for name, config in GENERATE_CONFIGS.items():
         _model(root, name, f'name: "{name}"\n{config}', {"1/model.py": MODELS / "generate" / f"{name}.py"})
+
+
+METRICS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "MISUSES" data_type: TYPE_STRING dims: [ -1 ] }
+]
+"""
+
+
+def metrics_model(root: Path, misuses: str = "all") -> None:
+    """`py_metrics` in `root`: add/sub with its own metric families (models/py_metrics/model.py); `misuses`
+    "stub": it tries only the misuses Triton's python stub refuses itself."""
+    parameters = f'parameters {{ key: "MISUSES" value: {{ string_value: "{misuses}" }} }}'
+    _model(root, "py_metrics", METRICS_CONFIG + parameters, {"1/model.py": MODELS / "py_metrics" / "model.py"})

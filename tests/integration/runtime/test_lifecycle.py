@@ -65,7 +65,7 @@ def test_metrics_use_triton_names(server: RuntimeProcess) -> None:
     body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
     for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
                  "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us"):
-        assert f'{name}{{model="add_sub",version="1"}}' in body or f'{name}_total{{model="add_sub",version="1"}}' in body, name
+        assert f"# TYPE {name} counter\n" in body and f'\n{name}{{model="add_sub",version="1"}} ' in body, name
 
 
 def test_sigterm_finishes_in_flight_requests(repository: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig, to_model_config, triton_config_json
 from ensemble_runtime.backends.python.instance import ModelExitError, PythonInstance
 from ensemble_runtime.backends.python.loader import ModelModule, load_model_module
+from ensemble_runtime.backends.python.metric_scope import MetricScope
 from ensemble_runtime.backends.python.threads import CallQueue
 from ensemble_runtime.config import paths
 from ensemble_runtime.config.model_config import ConfigError, model_filename
@@ -67,9 +68,10 @@ class PythonBackend:
             module.release()
             raise ConfigError(f"model '{config.name}': {path} defines no class {MODEL_CLASS}")
         slots = instance_slots(config)
-        release = _Countdown(len(slots), module)
+        scope = MetricScope(context.custom_metrics) if context.custom_metrics is not None else None
+        release = _Countdown(len(slots), module, scope)
         target = bls.BlsTarget(caller=context.caller, loop=loop, model_name=config.name,
-                               stream_caller=context.stream_caller)
+                               stream_caller=context.stream_caller, metrics=scope)
         output_types = {o.name: config_to_wire(mc.DataType.Name(o.data_type)) for o in config.output if o.data_type}
         config_json = triton_config_json(config)
         instances: list[PythonInstance] = []
@@ -158,16 +160,19 @@ def _import(path: Path, config: mc.ModelConfig, version_path: Path) -> ModelModu
 
 
 class _Countdown:
-    """Releases the model's modules once every instance has closed."""
+    """Releases the model's modules and its custom metrics once every instance has closed."""
 
-    def __init__(self, count: int, module: ModelModule) -> None:
+    def __init__(self, count: int, module: ModelModule, metrics: MetricScope | None) -> None:
         self._left = count
         self._module = module
+        self._metrics = metrics
 
     def __call__(self) -> None:
         self._left -= 1
         if self._left == 0:
             self._module.release()
+            if self._metrics is not None:
+                self._metrics.close()
 
 
 INLINE_PARAMETER = "EXECUTE_INLINE"

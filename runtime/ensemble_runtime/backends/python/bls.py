@@ -1,4 +1,5 @@
-"""How `InferenceRequest.exec()` reaches the server: a context variable the backend sets around each call.
+"""How `InferenceRequest.exec()` reaches the server (and `MetricFamily` its version's metric scope): a context
+variable the backend sets around each call.
 
 No module-level state holds the caller: the backend sets `BLS_TARGET` in the context it runs a model's
 `initialize`/`execute`/`finalize` in (copied into the instance's thread for synchronous models), so a BLS
@@ -15,18 +16,21 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ensemble_runtime.backends.base import ModelCaller, ModelStreamCaller
+from ensemble_runtime.backends.python.metric_scope import MetricScope
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class BlsTarget:
-    """The in-process data plane a model's BLS requests go to, and the event loop it runs on."""
+    """The in-process data plane a model's BLS requests go to, the event loop it runs on, and the version's
+    leases on the server's custom metrics (None: the server keeps none)."""
 
     caller: ModelCaller
     loop: asyncio.AbstractEventLoop
     model_name: str
     stream_caller: ModelStreamCaller | None = None
+    metrics: MetricScope | None = None
 
 
 BLS_TARGET: contextvars.ContextVar[BlsTarget | None] = contextvars.ContextVar("bls_target", default=None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.auto_complete import ModelConfig
+from ensemble_runtime.backends.python.pb_metrics import COUNTER, GAUGE, HISTOGRAM, Metric, MetricFamily
 from ensemble_runtime.backends.python.pb_types import (
     ERROR_TO_TRITON,
     TRITON_STRING_TO_NUMPY,
@@ -32,10 +33,14 @@ from ensemble_runtime.backends.python.pb_types import (
     triton_string_to_numpy,
     triton_to_numpy_type,
 )
+from ensemble_runtime.custom_metrics import MetricKind
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferRequest, InferResponse, ParamValue
 
 __all__ = [
+    "COUNTER",
+    "GAUGE",
+    "HISTOGRAM",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
     "TRITONSERVER_REQUEST_RELEASE_ALL",
@@ -46,6 +51,9 @@ __all__ = [
     "InferenceResponse",
     "LogLevel",
     "Logger",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
     "ModelConfig",
     "Tensor",
     "TritonError",
