@@ -85,6 +85,8 @@ class RuntimeCollector(Collector):
         if self._settle is not None:
             self._settle()
         counters = [(_counter(name, help_text, _LABELS), count) for name, help_text, count in _PER_VERSION]
+        pending = _gauge("nv_inference_pending_request_count",
+                         "Instantaneous number of pending requests awaiting execution per-model.", _LABELS)
         ready = _gauge("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
         served = _gauge(
             "ensemble_served_version", "Version each step of an ensemble runs now", labels=["ensemble", "step", "model"]
@@ -98,12 +100,13 @@ class RuntimeCollector(Collector):
                 stats = lv.stats
                 for family, counted in counters:
                     family.add_metric(labels, counted(stats))
+                pending.add_metric(labels, lv.scheduler.pending() if lv.scheduler is not None else 0)
                 ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
                 failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
             if rec.ensemble is not None:
                 for index, lv in sorted(rec.ensemble.steps.items()):
                     served.add_metric([name, str(index), lv.model], lv.version)
-        yield from (*(family for family, _ in counters), ready, served, failures)
+        yield from (*(family for family, _ in counters), pending, ready, served, failures)
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
         if self._custom is not None:
@@ -125,7 +128,7 @@ class RuntimeCollector(Collector):
 
 # what the server's own families are called: a model's families may not take these names
 SERVER_METRIC_NAMES = frozenset({
-    *(name for name, _, _ in _PER_VERSION),
+    *(name for name, _, _ in _PER_VERSION), "nv_inference_pending_request_count",
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds",

@@ -267,6 +267,15 @@ class Scheduler:
             times.ran(ran.started_ns, ran.started_ns, ran.ended_ns, end)
         self._count(request, result, queue_ns, compute, times)
 
+    def pending(self) -> int:
+        """Requests waiting for an instance, not yet running (Triton's `nv_inference_pending_request_count`).
+        On instance threads' shared queue a call waits only while every instance is busy."""
+        if self._queuing is not None:
+            return max(0, self._outstanding - len(self.instances))
+        if self._slots is not None:
+            return self._waiting
+        return len(self._queue)
+
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
         with self._admission:

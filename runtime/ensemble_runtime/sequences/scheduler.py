@@ -80,6 +80,10 @@ class SequenceScheduler:
         self._tasks.append(loop.create_task(self._reap(), name=f"{self.model}-sequence-reaper"))
 
     # ---- queries ------------------------------------------------------------------------------------------
+    def pending(self) -> int:
+        """Requests queued in their sequences, not yet running (Triton's `nv_inference_pending_request_count`)."""
+        return sum(len(seq.pending) for seq in self._live.values())
+
     def holds(self, correlation_id: CorrelationId) -> bool:
         """Whether a live sequence with this ID runs here (its later requests must come here)."""
         return correlation_id in self._live

@@ -285,3 +285,26 @@ def test_instances_that_do_not_run_inline_take_no_requests_without_a_task() -> N
         await sched.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_pending_counts_the_requests_waiting_for_an_instance(batching: bool) -> None:
+    """nv_inference_pending_request_count: with the one instance held, the requests behind it are pending
+    (in the batch queue, or waiting for the instance), the running one is not; none once all are answered."""
+
+    async def run() -> None:
+        gate = asyncio.Event()
+        instance = RecordingInstance(gate)
+        sched = Scheduler("m", [instance], BatchPolicy(batching, 1 if batching else 0, 0.0), ModelStats())
+        sched.start()
+        assert sched.pending() == 0
+        first = asyncio.ensure_future(sched.submit(req(1)))
+        await until(lambda: instance.batches)
+        rest = [asyncio.ensure_future(sched.submit(req(i))) for i in (2, 3, 4)]
+        await until(lambda: sched.pending() == 3)
+        gate.set()
+        await asyncio.gather(first, *rest)
+        assert instance.batches == [1, 1, 1, 1] and sched.pending() == 0
+        await sched.close()
+
+    asyncio.run(run())
