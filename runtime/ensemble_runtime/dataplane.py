@@ -23,6 +23,7 @@ from ensemble_runtime.errors import (
     ErrorCode,
     InferenceError,
     ResponseError,
+    failure_reason,
     internal,
     not_found,
     quote_name,
@@ -399,8 +400,11 @@ class DataPlane:
     def _count_failure(self, admitted: _Admitted, exc: BaseException, end: int) -> None:
         """The model's own error response is a success of the model, never of an ensemble."""
         lv = admitted.lv
-        answered = isinstance(exc, ResponseError) and self.registry.records[lv.model].ensemble is None
-        (lv.stats.success if answered else lv.stats.fail).add(end - admitted.start_ns)
+        ensemble = self.registry.records[lv.model].ensemble is not None
+        if isinstance(exc, ResponseError) and not ensemble:
+            lv.stats.success.add(end - admitted.start_ns)
+        else:
+            lv.stats.record_failure(end - admitted.start_ns, failure_reason(exc, ensemble))
 
     def _respond(
         self, admitted: _Admitted, outputs: Mapping[str, Tensor], parameters: dict[str, bool | int | float | str]
@@ -486,8 +490,10 @@ class DataPlane:
             try:
                 result = await scheduler.submit(step_request, compute if child is None else TracedTimes(trace=child, into=compute))
             except Exception as exc:
-                answered = isinstance(exc, ResponseError)  # the step model's own error response: it ran
-                (step_lv.stats.success if answered else step_lv.stats.fail).add(time.perf_counter_ns() - started)
+                if isinstance(exc, ResponseError):  # the step model's own error response: it ran
+                    step_lv.stats.success.add(time.perf_counter_ns() - started)
+                else:
+                    step_lv.stats.record_failure(time.perf_counter_ns() - started, failure_reason(exc))
                 raise
             finally:
                 if child is not None:

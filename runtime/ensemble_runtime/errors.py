@@ -68,6 +68,17 @@ def internal(message: str) -> InferenceError:
     return InferenceError(ErrorCode.INTERNAL, message)
 
 
+def failure_reason(exc: BaseException, ensemble: bool = False) -> str:
+    """The `reason` Triton's `nv_inference_request_failure` gives a failed request: CANCELED (cancelled by the
+    client or the server), REJECTED (turned away before it ran: queue full, unloading, stopping), OTHER (an
+    ensemble's, whatever failed inside it, as tritonserver counts it) or BACKEND (the model's execution failed)."""
+    if isinstance(exc, asyncio.CancelledError) or getattr(exc, "code", None) == ErrorCode.CANCELLED:
+        return "CANCELED"
+    if getattr(exc, "code", None) == ErrorCode.UNAVAILABLE:
+        return "REJECTED"
+    return "OTHER" if ensemble else "BACKEND"
+
+
 def must_propagate(exc: BaseException) -> bool:
     """Whether a BaseException caught where model code is called must pass on: the cancellation of our own
     task and a generator being closed. Everything else model code raises (SystemExit, KeyboardInterrupt, any

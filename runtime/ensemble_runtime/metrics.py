@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from ensemble_runtime.custom_metrics import CustomMetrics, FamilyValues, MetricKind
 from ensemble_runtime.metrics_text import value_text
 from ensemble_runtime.registry import Registry
-from ensemble_runtime.stats import Duration, ModelStats
+from ensemble_runtime.stats import FAILURE_REASONS, Duration, ModelStats
 from ensemble_runtime.storage import Storage
 
 _LABELS = ["model", "version"]
@@ -52,7 +52,6 @@ def _us(duration: Duration) -> int:
 _PER_VERSION: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
      lambda s: s.success.count),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", lambda s: s.fail.count),
     ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
      lambda s: s.inference_count),
     ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
@@ -85,6 +84,8 @@ class RuntimeCollector(Collector):
         if self._settle is not None:
             self._settle()
         counters = [(_counter(name, help_text, _LABELS), count) for name, help_text, count in _PER_VERSION]
+        failure = _counter("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
+                           ["model", "reason", "version"])
         pending = _gauge("nv_inference_pending_request_count",
                          "Instantaneous number of pending requests awaiting execution per-model.", _LABELS)
         ready = _gauge("ensemble_model_ready", "1 when the model version serves traffic", labels=_LABELS)
@@ -100,13 +101,16 @@ class RuntimeCollector(Collector):
                 stats = lv.stats
                 for family, counted in counters:
                     family.add_metric(labels, counted(stats))
+                for reason in FAILURE_REASONS:
+                    failure.add_metric([name, reason, str(number)], stats.fail_reasons.get(reason, 0))
                 pending.add_metric(labels, lv.scheduler.pending() if lv.scheduler is not None else 0)
                 ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
                 failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
             if rec.ensemble is not None:
                 for index, lv in sorted(rec.ensemble.steps.items()):
                     served.add_metric([name, str(index), lv.model], lv.version)
-        yield from (*(family for family, _ in counters), pending, ready, served, failures)
+        first, *rest = (family for family, _ in counters)
+        yield from (first, failure, *rest, pending, ready, served, failures)
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
         if self._custom is not None:
@@ -128,7 +132,7 @@ class RuntimeCollector(Collector):
 
 # what the server's own families are called: a model's families may not take these names
 SERVER_METRIC_NAMES = frozenset({
-    *(name for name, _, _ in _PER_VERSION), "nv_inference_pending_request_count",
+    *(name for name, _, _ in _PER_VERSION), "nv_inference_request_failure", "nv_inference_pending_request_count",
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")  # Triton's nv_inference_request_failure reasons
+
 
 @dataclass(slots=True)
 class Duration:
@@ -65,6 +67,12 @@ class ModelStats:
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStat] = field(default_factory=dict)
+    fail_reasons: dict[str, int] = field(default_factory=dict)  # `fail`'s count by Triton's failure reason
+
+    def record_failure(self, ns: int, reason: str) -> None:
+        """A failed request (`reason`: errors.failure_reason's)."""
+        self.fail.add(ns)
+        self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
 
     def record_request(self, batch_size: int, queue_ns: int, compute: ComputeTimes) -> None:
         """A request that succeeded: its inferences, its time in the queue and its execution's compute phases."""

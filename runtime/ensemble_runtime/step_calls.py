@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ensemble_runtime.backends.handoff import Deferred, on_loop
 from ensemble_runtime.ensemble import Step
-from ensemble_runtime.errors import ResponseError, internal, unavailable
+from ensemble_runtime.errors import ResponseError, failure_reason, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
 from ensemble_runtime.registry import LoadedVersion
 from ensemble_runtime.scheduler import Scheduler, Then
@@ -122,8 +122,10 @@ class StepCalls:
 def _count_step(lv: LoadedVersion, started: int, result: BackendResult, end: int) -> None:
     """On the loop: a step's own success or failure in its version's statistics."""
     if isinstance(result, BaseException):
-        answered = isinstance(result, ResponseError)  # the step model's own error response: it ran
-        (lv.stats.success if answered else lv.stats.fail).add(end - started)
+        if isinstance(result, ResponseError):  # the step model's own error response: it ran
+            lv.stats.success.add(end - started)
+        else:
+            lv.stats.record_failure(end - started, failure_reason(result))
         return
     success = lv.stats.success
     success.count += 1

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ensemble_runtime.ensemble import EnsembleGraph, Step
 from ensemble_runtime.ensemble.streaming import stream_ensemble
-from ensemble_runtime.errors import InferenceError, internal, unavailable
+from ensemble_runtime.errors import InferenceError, failure_reason, internal, unavailable
 from ensemble_runtime.inference import BackendRequest, InferRequest, InferResponse, ParamValue, Tensor
 from ensemble_runtime.registry import LoadedVersion, Registry, describe_set
 from ensemble_runtime.responses import ResponseChannel, StreamItem, StreamResponse
@@ -70,8 +70,8 @@ async def infer_stream(
                 if traced is not None and response.response is not None:
                     traced[0].mark("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                 yield response
-    except Exception:
-        lv.stats.fail.add(time.perf_counter_ns() - start)
+    except Exception as exc:
+        lv.stats.record_failure(time.perf_counter_ns() - start, failure_reason(exc, ensemble is not None))
         raise
     finally:
         dp.in_flight -= 1
@@ -163,8 +163,8 @@ async def _ensemble(
         child = None if traced is None else dp.tracing.step(traced, step.model_name, step_lv.version, started)
         try:
             result = await scheduler.submit(step_request, None if child is None else TracedTimes(trace=child))
-        except Exception:
-            step_lv.stats.fail.add(time.perf_counter_ns() - started)
+        except Exception as exc:
+            step_lv.stats.record_failure(time.perf_counter_ns() - started, failure_reason(exc))
             raise
         finally:
             if child is not None:
@@ -184,7 +184,7 @@ async def _ensemble(
             async with contextlib.aclosing(model_items(step_lv, step_request, channel, times)) as items:
                 async for item in items:
                     if item.error is not None:
-                        step_lv.stats.fail.add(time.perf_counter_ns() - started)
+                        step_lv.stats.record_failure(time.perf_counter_ns() - started, failure_reason(item.error))
                         raise item.error
                     if item.outputs is not None:
                         if child is not None:

@@ -9,6 +9,7 @@ and finds no ensemble statistics when they are empty). Needs the peer (tools/set
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +78,7 @@ def stats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
             server.wait_ready(120)
             _load(server)
             out[name] = _settled(server)
+            out[name]["metrics"] = _metrics(server)
         # the runtime still answers after all of it
         with ours.grpc_client() as grpc:
             assert grpc.infer("chain2", [_grpc_input("IN", np.zeros(16, np.float32))]).as_numpy("OUT")[0] == 2.0
@@ -104,6 +106,20 @@ def _settled(server: Server) -> dict[str, Any]:
             return current
         last = current
         time.sleep(0.2)
+
+
+def _metrics(server: Server) -> dict[str, Any]:
+    """/metrics: each `nv_inference_*` sample line's value by its name and labels as written, and the HELP and
+    TYPE lines of those families."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    samples = {}
+    for line in lines:
+        if line.startswith("nv_inference_"):
+            key, _, value = line.rpartition(" ")
+            samples[key] = float(value)
+    return {"samples": samples, "headers": {line for line in lines if line.startswith(("# HELP nv_inference_",
+                                                                                        "# TYPE nv_inference_"))}}
 
 
 def _counts(entry: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +166,29 @@ def test_counts_match_triton(stats: dict[str, dict[str, Any]], model: str) -> No
 @pytest.mark.parametrize("model", MODELS)
 def test_json_fields_match_triton(stats: dict[str, dict[str, Any]], protocol: str, model: str) -> None:
     assert _shape(stats["ours"][protocol][model]) == _shape(stats["triton"][protocol][model])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_metrics_match_triton(stats: dict[str, dict[str, Any]], model: str) -> None:
+    """/metrics after the same load: the same per-version counters (failures by Triton's reasons: an ensemble's
+    are OTHER, counted twice by tritonserver as in its statistics), under the same names, help and types."""
+    ours, triton = stats["ours"]["metrics"], stats["triton"]["metrics"]
+    assert ours["headers"] <= triton["headers"]
+    assert {line.split()[2] for line in ours["headers"]} == {
+        "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+        "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count"}
+    labels = f'model="{model}",version="1"'
+    for name in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+                 "nv_inference_pending_request_count"):
+        assert ours["samples"][f"{name}{{{labels}}}"] == triton["samples"][f"{name}{{{labels}}}"], name
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
+        key = f'nv_inference_request_failure{{model="{model}",reason="{reason}",version="1"}}'
+        twice = 2 if model in ENSEMBLES and reason == "OTHER" else 1
+        assert ours["samples"][key] * twice == triton["samples"][key], key
+    failed = sum(v for k, v in ours["samples"].items() if k.startswith(f'nv_inference_request_failure{{model="{model}"'))
+    assert failed == _counts(stats["ours"]["grpc"][model])["fail.count"]
 
 
 def test_compute_counts_equal_success(stats: dict[str, dict[str, Any]]) -> None:

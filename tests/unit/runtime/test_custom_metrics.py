@@ -218,3 +218,14 @@ def test_the_text_is_written_as_triton_writes_it(scope: MetricScope) -> None:
                                              (1e300, "1e+300"), (123456789.5, "123456789.5")])
 def test_values_are_written_whole_where_they_are(value: float, text: str) -> None:
     assert value_text(value) == text
+
+
+def test_failure_reasons_as_triton_names_them() -> None:
+    from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, failure_reason, unavailable
+
+    assert failure_reason(asyncio.CancelledError()) == "CANCELED"
+    assert failure_reason(InferenceError(ErrorCode.CANCELLED, "gone"), ensemble=True) == "CANCELED"
+    assert failure_reason(unavailable("request exceeds maximum queue size 1")) == "REJECTED"
+    assert failure_reason(ValueError("model raised")) == "BACKEND"
+    assert failure_reason(InferenceError(ErrorCode.INTERNAL, "bad output")) == "BACKEND"
+    assert failure_reason(ResponseError(ErrorCode.INTERNAL, "negative input"), ensemble=True) == "OTHER"
