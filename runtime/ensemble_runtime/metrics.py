@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from ensemble_runtime.custom_metrics import CustomMetrics, FamilyValues, MetricKind
+from ensemble_runtime.host_metrics import HostSampler, HostValues
 from ensemble_runtime.metrics_text import value_text
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.stats import FAILURE_REASONS, Duration, ModelStats
@@ -79,6 +80,7 @@ class RuntimeCollector(Collector):
         self._storage = storage
         self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
         self._custom = custom
+        self._host = HostSampler()
 
     def collect(self) -> Iterator[Metric]:
         if self._settle is not None:
@@ -111,6 +113,7 @@ class RuntimeCollector(Collector):
                     served.add_metric([name, str(index), lv.model], lv.version)
         first, *rest = (family for family, _ in counters)
         yield from (first, failure, *rest, pending, ready, served, failures)
+        yield from _host_metrics(self._host.read())
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
         if self._custom is not None:
@@ -133,10 +136,24 @@ class RuntimeCollector(Collector):
 # what the server's own families are called: a model's families may not take these names
 SERVER_METRIC_NAMES = frozenset({
     *(name for name, _, _ in _PER_VERSION), "nv_inference_request_failure", "nv_inference_pending_request_count",
+    "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds",
 })
+
+
+def _host_metrics(values: HostValues | None) -> Iterator[Metric]:
+    if values is None:
+        return
+    for name, help_text, value in (
+        ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", values.utilization),
+        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", values.memory_total_bytes),
+        ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", values.memory_used_bytes),
+    ):
+        family = _gauge(name, help_text, ())
+        family.add_metric((), value)
+        yield family
 
 
 def _custom_family(values: FamilyValues) -> Metric:

@@ -115,11 +115,11 @@ def _metrics(server: Server) -> dict[str, Any]:
         lines = answer.read().decode().splitlines()
     samples = {}
     for line in lines:
-        if line.startswith("nv_inference_"):
+        if line.startswith(("nv_inference_", "nv_cpu_")):
             key, _, value = line.rpartition(" ")
             samples[key] = float(value)
-    return {"samples": samples, "headers": {line for line in lines if line.startswith(("# HELP nv_inference_",
-                                                                                        "# TYPE nv_inference_"))}}
+    headers = ("# HELP nv_inference_", "# TYPE nv_inference_", "# HELP nv_cpu_", "# TYPE nv_cpu_")
+    return {"samples": samples, "headers": {line for line in lines if line.startswith(headers)}}
 
 
 def _counts(entry: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +178,8 @@ def test_metrics_match_triton(stats: dict[str, dict[str, Any]], model: str) -> N
         "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
         "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
         "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
-        "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count"}
+        "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count", "nv_cpu_utilization",
+        "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"}
     labels = f'model="{model}",version="1"'
     for name in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
                  "nv_inference_pending_request_count"):
@@ -189,6 +190,14 @@ def test_metrics_match_triton(stats: dict[str, dict[str, Any]], model: str) -> N
         assert ours["samples"][key] * twice == triton["samples"][key], key
     failed = sum(v for k, v in ours["samples"].items() if k.startswith(f'nv_inference_request_failure{{model="{model}"'))
     assert failed == _counts(stats["ours"]["grpc"][model])["fail.count"]
+
+
+def test_cpu_gauges_match_triton(stats: dict[str, dict[str, Any]]) -> None:
+    """The same machine seen by both: the same total memory, a used share below it, utilization a share."""
+    ours, triton = stats["ours"]["metrics"]["samples"], stats["triton"]["metrics"]["samples"]
+    assert ours["nv_cpu_memory_total_bytes"] == triton["nv_cpu_memory_total_bytes"] > 0
+    assert 0 < ours["nv_cpu_memory_used_bytes"] < ours["nv_cpu_memory_total_bytes"]
+    assert 0.0 <= ours["nv_cpu_utilization"] <= 1.0
 
 
 def test_compute_counts_equal_success(stats: dict[str, dict[str, Any]]) -> None:
