@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from ensemble_runtime.custom_metrics import CustomMetrics, FamilyValues, MetricKind
+from ensemble_runtime.gpu.gauges import GpuGauges, GpuReading
 from ensemble_runtime.host_metrics import HostSampler, HostValues
 from ensemble_runtime.metrics_text import value_text
 from ensemble_runtime.registry import Registry
@@ -75,12 +76,14 @@ _PER_VERSION: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
 
 class RuntimeCollector(Collector):
     def __init__(self, registry: Registry, storage: Storage | None = None,
-                 settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None) -> None:
+                 settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
+                 host: HostSampler | None = None, gpus: GpuGauges | None = None) -> None:
         self._registry = registry
         self._storage = storage
         self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
         self._custom = custom
-        self._host = HostSampler()
+        self._host = host
+        self._gpus = gpus
 
     def collect(self) -> Iterator[Metric]:
         if self._settle is not None:
@@ -113,7 +116,10 @@ class RuntimeCollector(Collector):
                     served.add_metric([name, str(index), lv.model], lv.version)
         first, *rest = (family for family, _ in counters)
         yield from (first, failure, *rest, pending, ready, served, failures)
-        yield from _host_metrics(self._host.read())
+        if self._host is not None:
+            yield from _host_metrics(self._host.read())
+        if self._gpus is not None:
+            yield from _gpu_metrics(self._gpus.read())
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
         if self._custom is not None:
@@ -133,10 +139,20 @@ class RuntimeCollector(Collector):
         yield from (reachable, failures, errors, last)
 
 
+_GPU_GAUGES = (
+    ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge"),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge"),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge"),
+    ("nv_gpu_power_usage", "GPU power usage in watts", "gauge"),
+    ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge"),
+    ("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server started", "counter"),
+)
+
+
 # what the server's own families are called: a model's families may not take these names
 SERVER_METRIC_NAMES = frozenset({
     *(name for name, _, _ in _PER_VERSION), "nv_inference_request_failure", "nv_inference_pending_request_count",
-    "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
+    "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *(n for n, _, _ in _GPU_GAUGES),
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds",
@@ -156,6 +172,16 @@ def _host_metrics(values: HostValues | None) -> Iterator[Metric]:
         yield family
 
 
+def _gpu_metrics(readings: list[GpuReading]) -> Iterator[Metric]:
+    for name, help_text, kind in _GPU_GAUGES:
+        family = _Family(name, help_text, kind, ["gpu_uuid"])
+        for reading in readings:
+            if name in reading.values:
+                family.add_metric([reading.uuid], reading.values[name])
+        if family.samples:
+            yield family
+
+
 def _custom_family(values: FamilyValues) -> Metric:
     family = Metric(values.name, values.description, values.kind.name.lower())
     for metric in values.metrics:
@@ -171,8 +197,8 @@ def _custom_family(values: FamilyValues) -> Metric:
 
 
 def build_metrics_registry(registry: Registry, storage: Storage | None = None,
-                           settle: Callable[[], None] | None = None,
-                           custom: CustomMetrics | None = None) -> CollectorRegistry:
+                           settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
+                           host: HostSampler | None = None, gpus: GpuGauges | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage, settle, custom))
+    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus))
     return metrics

@@ -24,7 +24,9 @@ from ensemble_runtime.config.config_files import ConfigFiles
 from ensemble_runtime.custom_metrics import CustomMetrics
 from ensemble_runtime.dataplane import BLS_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError
+from ensemble_runtime.gpu.gauges import GpuGauges, make_gpu_gauges
 from ensemble_runtime.gpu.memory import make_device_free
+from ensemble_runtime.host_metrics import HostSampler
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.load_journal import JOURNAL_FILENAME, LoadJournal
 from ensemble_runtime.log_settings import LogControl
@@ -144,6 +146,7 @@ class Server:
     _native_grpc: NativeGrpcServer | None = None
     _native_http: NativeHttpServer | None = None
     _native_metrics: NativeHttpServer | None = None
+    _gpu_gauges: GpuGauges | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -183,8 +186,10 @@ class Server:
             else:
                 self._runners.append(await start_http(app, s.http_address, s.http_port))
         if s.allow_metrics:
+            self._gpu_gauges = make_gpu_gauges(os.environ) if s.allow_gpu_metrics else None
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage,
-                                             self.dataplane.settle_answered, self.planes.custom_metrics)
+                                             self.dataplane.settle_answered, self.planes.custom_metrics,
+                                             HostSampler() if s.allow_cpu_metrics else None, self._gpu_gauges)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
@@ -275,6 +280,8 @@ class Server:
         await dp.registry.close()
         dp.shared_memory.close()  # unmap every registered region
         await dp.tracing.flush()
+        if self._gpu_gauges is not None:
+            self._gpu_gauges.close()
 
 
 async def serve(settings: RuntimeSettings) -> None:

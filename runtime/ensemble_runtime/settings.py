@@ -73,6 +73,8 @@ class RuntimeSettings(BaseModel):
     allow_grpc: bool = True
     allow_http: bool = True
     allow_metrics: bool = True
+    allow_gpu_metrics: bool = True  # Triton's GPU gauges from NVML, where a GPU is visible
+    allow_cpu_metrics: bool = True  # Triton's CPU gauges from /proc
     strict_readiness: bool = True
     exit_timeout_secs: float = 30.0
     grpc_max_message_bytes: int = 256 * 1024 * 1024
@@ -180,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-grpc", type=_bool)
     p.add_argument("--allow-http", type=_bool)
     p.add_argument("--allow-metrics", type=_bool)
+    p.add_argument("--allow-gpu-metrics", type=_bool,
+                   help="write Triton's GPU gauges (nv_gpu_*, nv_energy_consumption) from NVML on /metrics")
+    p.add_argument("--allow-cpu-metrics", type=_bool,
+                   help="write Triton's CPU gauges (nv_cpu_*) from /proc on /metrics")
     p.add_argument("--strict-readiness", type=_bool)
     p.add_argument("--exit-timeout-secs", type=float)
     p.add_argument("--grpc-max-message-bytes", type=int,

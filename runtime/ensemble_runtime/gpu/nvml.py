@@ -21,13 +21,37 @@ class Nvml:
     def device_count(self) -> int:
         return int(self._nvml.nvmlDeviceGetCount())
 
-    def free_bytes(self, physical: str) -> int:
-        """Free memory of one device, named by NVML index ("0") or UUID ("GPU-...", "MIG-...")."""
+    def handle(self, physical: str) -> Any:
+        """The NVML handle of one device, named by NVML index ("0") or UUID ("GPU-...", "MIG-...")."""
         if physical.isdigit():
-            handle = self._nvml.nvmlDeviceGetHandleByIndex(int(physical))
-        else:
-            handle = self._nvml.nvmlDeviceGetHandleByUUID(physical)
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(handle).free)
+            return self._nvml.nvmlDeviceGetHandleByIndex(int(physical))
+        return self._nvml.nvmlDeviceGetHandleByUUID(physical)
+
+    def free_bytes(self, physical: str) -> int:
+        """Free memory of one device, named as `handle` names it."""
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self.handle(physical)).free)
+
+    def uuid(self, handle: Any) -> str:
+        value = self._nvml.nvmlDeviceGetUUID(handle)
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def memory(self, handle: Any) -> tuple[int, int]:
+        """(total, used) bytes."""
+        info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.total), int(info.used)
+
+    def utilization(self, handle: Any) -> float:
+        """The share of the last sample period in which a kernel ran (0.0-1.0)."""
+        return float(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0
+
+    def power_watts(self, handle: Any) -> float:
+        return float(self._nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # milliwatts
+
+    def power_limit_watts(self, handle: Any) -> float:
+        return float(self._nvml.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0
+
+    def energy_joules(self, handle: Any) -> float:
+        return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1000.0  # millijoules
 
     def close(self) -> None:
         try:
