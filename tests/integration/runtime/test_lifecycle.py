@@ -63,9 +63,11 @@ def test_metrics_use_triton_names(server: RuntimeProcess) -> None:
             item.set_data_from_numpy(a)
         client.infer("add_sub", inputs)
     body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-                 "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us"):
+    for name in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+                 "nv_inference_request_duration_us", "nv_inference_queue_duration_us"):
         assert f"# TYPE {name} counter\n" in body and f'\n{name}{{model="add_sub",version="1"}} ' in body, name
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):  # failures by Triton's reasons
+        assert f'\nnv_inference_request_failure{{model="add_sub",reason="{reason}",version="1"}} ' in body
 
 
 def test_sigterm_finishes_in_flight_requests(repository: Path, tmp_path: Path) -> None:
