@@ -39,6 +39,7 @@ from ensemble_runtime.inference import (
 )
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, describe_set, parse_version
+from ensemble_runtime.response_caching import Caching, identity
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.sequences import SequenceTag, live_version, names_sequence, take_sequence_parameters
@@ -97,6 +98,8 @@ class DataPlane:
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
     # Triton's trace extension: a request its settings sample takes `infer`'s path, which traces it
     tracing: Tracing = field(default_factory=Tracing)
+    # Triton's response cache (--cache-config): a version with it enabled takes `infer`'s path, which uses it
+    caching: Caching | None = None
 
     # ---- health -------------------------------------------------------------------------------
     def live(self) -> bool:
@@ -200,6 +203,14 @@ class DataPlane:
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
+        lookup = None
+        if self.caching is not None and tag is None and self.caching.enabled(lv):
+            steps = [s for _, s in sorted(rec.ensemble.steps.items())] if rec.ensemble is not None else []
+            lookup = self.caching.lookup(lv, identity(lv, steps), admitted.request, admitted.classes,
+                                         admitted.start_ns)
+            if lookup.hit is not None:
+                self._count_success(admitted, time.perf_counter_ns())
+                return self._respond(admitted, dict(lookup.hit.outputs), dict(lookup.hit.parameters))
         traced = (
             self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
             if self.tracing.control.active else None
@@ -220,6 +231,8 @@ class DataPlane:
                 self._count_ensemble(admitted, queued, compute)
             else:
                 outputs = await self._infer_model(lv, admitted.request, traced[0] if traced else None)
+            if lookup is not None and self.caching is not None:
+                self.caching.store(lv, lookup, outputs, parameters)
         except Exception as exc:
             self._count_failure(admitted, exc, time.perf_counter_ns())
             raise
@@ -264,6 +277,7 @@ class DataPlane:
             lv.config.model_transaction_policy.decoupled
             or not isinstance(scheduler, Scheduler)
             or not scheduler.takes_then()
+            or (self.caching is not None and self.caching.enabled(lv))
         ):
             return False
         admitted = self._admit(lv, request, declared, None)
@@ -305,6 +319,8 @@ class DataPlane:
             return False
         steps = dict(ensemble.steps)  # one version set for the whole request
         if not steps or not StepCalls.can_run(steps):
+            return False
+        if self.caching is not None and any(map(self.caching.enabled, (lv, *steps.values()))):
             return False
         described = ensemble.describe()
         admitted = self._admit(lv, request, declared, None)
@@ -486,6 +502,12 @@ class DataPlane:
             if scheduler is None:
                 raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
             started = time.perf_counter_ns()
+            lookup = None
+            if self.caching is not None and tag is None and self.caching.enabled(step_lv):
+                lookup = self.caching.lookup(step_lv, identity(step_lv), step_request, {}, started)
+                if lookup.hit is not None:
+                    step_lv.stats.success.add(time.perf_counter_ns() - started)
+                    return dict(lookup.hit.outputs)
             child = None if traced is None else self.tracing.step(traced, step.model_name, step_lv.version, started)
             try:
                 result = await scheduler.submit(step_request, compute if child is None else TracedTimes(trace=child, into=compute))
@@ -498,6 +520,8 @@ class DataPlane:
             finally:
                 if child is not None:
                     child.mark("REQUEST_END", time.perf_counter_ns())
+            if lookup is not None and self.caching is not None:
+                self.caching.store(step_lv, lookup, result, {})
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result
 

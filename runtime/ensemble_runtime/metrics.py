@@ -18,6 +18,7 @@ from ensemble_runtime.gpu.gauges import GpuGauges, GpuReading
 from ensemble_runtime.host_metrics import HostSampler, HostValues
 from ensemble_runtime.metrics_text import value_text
 from ensemble_runtime.registry import Registry
+from ensemble_runtime.response_cache import ResponseCache
 from ensemble_runtime.stats import FAILURE_REASONS, Duration, ModelStats
 from ensemble_runtime.storage import Storage
 
@@ -77,8 +78,10 @@ _PER_VERSION: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
 class RuntimeCollector(Collector):
     def __init__(self, registry: Registry, storage: Storage | None = None,
                  settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
-                 host: HostSampler | None = None, gpus: GpuGauges | None = None) -> None:
+                 host: HostSampler | None = None, gpus: GpuGauges | None = None,
+                 cache: ResponseCache | None = None) -> None:
         self._registry = registry
+        self._cache = cache
         self._storage = storage
         self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
         self._custom = custom
@@ -100,6 +103,7 @@ class RuntimeCollector(Collector):
         failures = _gauge(
             "ensemble_model_load_failure", "1 when the latest load of a model version failed", labels=_LABELS
         )
+        cached = [(_counter(name, help_text, _LABELS), count) for name, help_text, count in _PER_CACHED_VERSION]
         for name, rec in sorted(self._registry.records.items()):
             for number, lv in sorted(rec.versions.items()):
                 labels = [name, str(number)]
@@ -110,12 +114,18 @@ class RuntimeCollector(Collector):
                     failure.add_metric([name, reason, str(number)], stats.fail_reasons.get(reason, 0))
                 pending.add_metric(labels, lv.scheduler.pending() if lv.scheduler is not None else 0)
                 ready.add_metric(labels, 1.0 if number in rec.served else 0.0)
+                if self._cache is not None and lv.config.response_cache.enable:
+                    for family, counted in cached:
+                        family.add_metric(labels, counted(stats))
                 failures.add_metric(labels, 1.0 if lv.state.value == "UNAVAILABLE" else 0.0)
             if rec.ensemble is not None:
                 for index, lv in sorted(rec.ensemble.steps.items()):
                     served.add_metric([name, str(index), lv.model], lv.version)
         first, *rest = (family for family, _ in counters)
         yield from (first, failure, *rest, pending, ready, served, failures)
+        if self._cache is not None:
+            yield from (family for family, _ in cached)
+            yield from _cache_metrics(self._cache)
         if self._host is not None:
             yield from _host_metrics(self._host.read())
         if self._gpus is not None:
@@ -149,10 +159,42 @@ _GPU_GAUGES = (
 )
 
 
+# the response cache's per-version counters, for the versions that use it (Triton's names and help texts)
+_PER_CACHED_VERSION: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds",
+     lambda s: _us(s.cache_hit)),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda s: s.cache_miss.count),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds",
+     lambda s: _us(s.cache_miss)),
+)
+# the response cache's own gauges (Triton's)
+_CACHE_GAUGES: tuple[tuple[str, str, Callable[[ResponseCache], float]], ...] = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]", lambda c: c.utilization()),
+    ("nv_cache_num_entries", "Number of responses stored in response cache", len),
+    ("nv_cache_num_hits", "Number of cache hits in response cache", lambda c: c.hits),
+    ("nv_cache_num_misses", "Number of cache misses in response cache", lambda c: c.misses),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache", lambda c: c.lookups),
+    ("nv_cache_num_evictions", "Number of cache evictions in response cache", lambda c: c.evictions),
+    ("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds",
+     lambda c: c.lookup_ns // 1000),
+    ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds",
+     lambda c: c.insertion_ns // 1000),
+)
+
+
+def _cache_metrics(cache: ResponseCache) -> Iterator[Metric]:
+    for name, help_text, value in _CACHE_GAUGES:
+        family = _gauge(name, help_text, ())
+        family.add_metric((), value(cache))
+        yield family
+
+
 # what the server's own families are called: a model's families may not take these names
 SERVER_METRIC_NAMES = frozenset({
     *(name for name, _, _ in _PER_VERSION), "nv_inference_request_failure", "nv_inference_pending_request_count",
     "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *(n for n, _, _ in _GPU_GAUGES),
+    *(n for n, _, _ in _PER_CACHED_VERSION), *(n for n, _, _ in _CACHE_GAUGES),
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds",
@@ -198,7 +240,8 @@ def _custom_family(values: FamilyValues) -> Metric:
 
 def build_metrics_registry(registry: Registry, storage: Storage | None = None,
                            settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
-                           host: HostSampler | None = None, gpus: GpuGauges | None = None) -> CollectorRegistry:
+                           host: HostSampler | None = None, gpus: GpuGauges | None = None,
+                           cache: ResponseCache | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus))
+    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus, cache))
     return metrics

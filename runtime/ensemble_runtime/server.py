@@ -43,6 +43,8 @@ from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
 from ensemble_runtime.repository.sources import S3Source, no_deaths
 from ensemble_runtime.repository_plane import RepositoryPlane
+from ensemble_runtime.response_cache import ResponseCache
+from ensemble_runtime.response_caching import Caching
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
@@ -126,8 +128,10 @@ def build_planes(settings: RuntimeSettings, backends: dict[str, Backend]) -> Pla
                            before_load=sync_before_load if storage.sources else None,
                            uploading=storage.awaited_versions if storage.sources else None,
                            declared=storage.declared_models, explicit=settings.control_mode == ControlMode.EXPLICIT)
+    cache_bytes = settings.response_cache_bytes()
     dataplane = DataPlane(registry=registry, manager=manager, strict_readiness=settings.strict_readiness,
-                          server_name=settings.server_name, tracing=Tracing(TraceControl(settings.trace_settings())))
+                          server_name=settings.server_name, tracing=Tracing(TraceControl(settings.trace_settings())),
+                          caching=Caching(ResponseCache(cache_bytes)) if cache_bytes is not None else None)
     repository = RepositoryPlane(manager=manager, storage=storage,
                                  repository_control=settings.control_mode == ControlMode.EXPLICIT)
     holder.append(dataplane)
@@ -189,7 +193,8 @@ class Server:
             self._gpu_gauges = make_gpu_gauges(os.environ) if s.allow_gpu_metrics else None
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage,
                                              self.dataplane.settle_answered, self.planes.custom_metrics,
-                                             HostSampler() if s.allow_cpu_metrics else None, self._gpu_gauges)
+                                             HostSampler() if s.allow_cpu_metrics else None, self._gpu_gauges,
+                                             self.dataplane.caching.cache if self.dataplane.caching else None)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,

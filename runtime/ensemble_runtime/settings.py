@@ -121,6 +121,8 @@ class RuntimeSettings(BaseModel):
     grpc_restricted_protocol: list[str] = Field(default_factory=list)  # validated by parse_settings
     http_restricted_api: list[str] = Field(default_factory=list)
     trace_config: list[str] = Field(default_factory=list)  # validated by parse_settings
+    cache_config: list[str] = Field(default_factory=list)  # validated by parse_settings
+    cache_directory: str = ""  # Triton's, where its cache libraries are: the local cache is built in here
 
     def grpc_restrictions(self) -> Restrictions:
         return parse_restrictions(self.grpc_restricted_protocol, grpc=True)
@@ -135,6 +137,24 @@ class RuntimeSettings(BaseModel):
     def trace_settings(self) -> TraceSettings:
         """The trace settings the runtime starts with (clients may change them: traces.TraceControl)."""
         return settings_from_flags(self.trace_config)
+
+    def response_cache_bytes(self) -> int | None:
+        """The response cache's size from Triton's `--cache-config local,size=N` (None: no cache)."""
+        size: int | None = None
+        for item in self.cache_config:
+            name, _, setting = item.partition(",")
+            if name.strip() != "local":
+                raise ValueError(f"--cache-config {item!r}: only the local cache is built in ('local,size=N')")
+            key, _, value = setting.partition("=")
+            if key.strip() != "size":
+                raise ValueError(f"--cache-config {item!r}: the local cache takes size=BYTES")
+            try:
+                size = int(value)
+            except ValueError:
+                raise ValueError(f"--cache-config {item!r}: size must be a whole number of bytes") from None
+            if size < 0:
+                raise ValueError(f"--cache-config {item!r}: size must not be negative")
+        return size
 
     def grpc_connections(self) -> GrpcConnections:
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
@@ -282,6 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "not settable over the network), level=OFF|TIMESTAMPS, rate=N (one request in N), "
                         "count=N (-1: no end), log_frequency=N (0: written as the server stops; N: every N "
                         "traces to PATH.<k>). Changed while serving: GET/POST /v2/trace/setting, gRPC TraceSetting")
+    p.add_argument("--cache-config", action="append", dest="cache_config", metavar="local,size=BYTES",
+                   help="Triton's response cache: responses of models whose config has response_cache { enable: "
+                        "true } are kept, at most BYTES of them, and a request with the same inputs is answered "
+                        "from them (ModelInfer, HTTP infer and BLS; not ModelStreamInfer)")
+    p.add_argument("--cache-directory", help="accepted as Triton takes it; the local cache is built in")
     p.add_argument("--server-name",
                    help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
                         "NVIDIA's health examples, need --server-name=triton)")
@@ -357,6 +382,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
             parser.error(f"{flag}: {exc}")
     try:
         settings.trace_settings()
+        settings.response_cache_bytes()
     except ValueError as exc:
         parser.error(str(exc))
     return settings

@@ -66,6 +66,8 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)  # answered from the response cache: the lookups
+    cache_miss: Duration = field(default_factory=Duration)  # not there: the lookups and the inserts
     batches: dict[int, BatchStat] = field(default_factory=dict)
     fail_reasons: dict[str, int] = field(default_factory=dict)  # `fail`'s count by Triton's failure reason
 

@@ -270,10 +270,10 @@ def model_statistics(name: str, version: int, stats: ModelStats) -> pb.ModelStat
         execution_count=stats.execution_count,
     )
     infer = out.inference_stats
-    for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+    for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
+                       "cache_miss"):
         _duration(getattr(infer, field_name), getattr(stats, field_name))
-    infer.cache_hit.SetInParent()  # no response cache: present and empty, as Triton sends them
-    infer.cache_miss.SetInParent()
+        getattr(infer, field_name).SetInParent()  # present even when empty, as Triton sends them
     for size, batch in sorted(stats.batches.items()):
         entry = out.batch_stats.add(batch_size=size)
         _duration(entry.compute_input, batch.compute_input)

@@ -19,9 +19,9 @@ from ensemble_runtime.stats import Duration, ModelStats
 from ensemble_runtime.validation import ModelSignature
 
 _INT64 = frozenset({pbd.FieldDescriptor.CPPTYPE_INT64, pbd.FieldDescriptor.CPPTYPE_UINT64})
-_INFER_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_INFER_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
+                "cache_miss")
 _BATCH_STATS = ("compute_input", "compute_infer", "compute_output")
-_NO_CACHE_STATS = ("cache_hit", "cache_miss")  # no response cache: Triton's fields, always zero
 
 
 def model_metadata(sig: ModelSignature, config: mc.ModelConfig, versions: Iterable[int]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def model_statistics(versions: Iterable[tuple[str, int, ModelStats]]) -> dict[st
                 "last_inference": s.last_inference_ms,
                 "inference_count": s.inference_count,
                 "execution_count": s.execution_count,
-                "inference_stats": _durations(s, _INFER_STATS) | _durations(None, _NO_CACHE_STATS),
+                "inference_stats": _durations(s, _INFER_STATS),
                 "response_stats": {},  # per-response statistics: decoupled models only in Triton
                 "batch_stats": [
                     {"batch_size": size, **_durations(b, _BATCH_STATS)} for size, b in sorted(s.batches.items())
