@@ -22,6 +22,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from bench.models import build_chain_repository
+from bench.perf_analyzer import find_perf_analyzer, run_perf_analyzer
+from bench.perf_analyzer import not_installed_reason as not_installed_reason_pa
 from bench.triton_peer import TritonPeer, find_install, not_installed_reason
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.server_process import ServerProcess
@@ -169,3 +171,20 @@ def test_a_reuploaded_version_is_not_answered_from_the_old_ones_cache(repository
             client.load_model("add_one_0")
         proc.wait_model_ready("add_one_0")
         assert _ask(proc, "add_one_0", 1.0) == 11
+
+
+@pytest.mark.skipif(not_installed_reason_pa() is not None, reason=not_installed_reason_pa() or "")
+def test_perf_analyzer_reads_the_hits(repository: Path) -> None:
+    """NVIDIA's perf_analyzer, unchanged, on a caching ensemble with the same input every time: it completes and
+    reports the hits from the statistics (`Cache hit count`)."""
+    binary = find_perf_analyzer()
+    assert binary is not None
+    with RuntimeProcess([repository], [CACHE]) as proc:
+        proc.wait_ready()
+        measured = run_perf_analyzer(binary, "chain2", proc.grpc_url, [
+            "-i", "grpc", "--input-data", "zero", "--measurement-mode", "count_windows",
+            "--measurement-request-count", "40", "-s", "1000", "--concurrency-range", "2"])
+    assert measured.returncode == 0, f"{' '.join(measured.command)}\n{measured.output[-3000:]}"
+    hits = re.search(r"Server: .*?Cache hit count: (\d+)\s+Cache miss count: (\d+)", measured.output, re.DOTALL)
+    assert hits is not None, measured.output[-3000:]
+    assert int(hits[1]) > 0 and 1 <= int(hits[2]) <= 2  # the one input missed by the 2 first in flight, then hits
