@@ -50,7 +50,14 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import write_json
-from bench.models import ONNX_MODEL, build_add_one, build_chain_repository, build_onnx_repository, mark_inline
+from bench.models import (
+    ONNX_MODEL,
+    build_add_one,
+    build_chain_repository,
+    build_onnx_repository,
+    mark_cached,
+    mark_inline,
+)
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
 from bench.pa.report import FLOOR, TRITON
@@ -65,6 +72,7 @@ MODELS = ("add_one_0", "chain2", MULTI_INSTANCE, DECOUPLED)
 DEFAULT_MODELS = MODELS[:2]
 PROTOCOLS = ("grpc", "http")
 CONCURRENCY = (1, 16)
+CACHE_CONFIG = "--cache-config=local,size=67108864"  # --cache: 64 MiB of responses, in both servers
 ONNX_CONCURRENCY = 1
 
 Run = dict[str, Any]
@@ -252,6 +260,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--neighbor", action="store_true",
                         help="a busy process on the servers' CPU while they are measured (a core shared with another "
                              "workload; needs --pin)")
+    parser.add_argument("--cache", action="store_true",
+                        help="Triton's response cache on every python model and ensemble, in both servers "
+                             f"({CACHE_CONFIG}); perf_analyzer sends the same data every time, so all but the "
+                             "first requests of a run are hits")
     parser.add_argument("--inline", action="store_true",
                         help="the python models with EXECUTE_INLINE (ours runs their execute on the loop; Triton "
                              "ignores the parameter)")
@@ -276,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pinning = choose_pinning(args.pin)
     if args.neighbor and not pinning.server:
         raise SystemExit("--neighbor needs the servers pinned (--pin, 2 or more CPUs)")
-    configs = ours_configs(args.ours, args.ours_arg)
+    configs = ours_configs(args.ours, [*args.ours_arg, *([CACHE_CONFIG] if args.cache else [])])
     models, protocols = args.model or list(DEFAULT_MODELS), args.protocol or list(PROTOCOLS)
     levels = args.concurrency or list(CONCURRENCY)
     load_before, started = os.getloadavg(), time.monotonic()
@@ -291,12 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_add_one(tmp / "models", DECOUPLED, decoupled=True)
         if args.inline:
             mark_inline(tmp / "models")
+        if args.cache:
+            mark_cached(tmp / "models")
         model_path = build_onnx_repository(tmp / "onnx") if args.onnx else None
         ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
         servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
         if install is not None:
+            cache = [CACHE_CONFIG, f"--cache-directory={install.backend_directory.parent / 'caches'}"]
             servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning,
-                                                                          args.triton_batch))
+                                                               args.triton_batch, cache if args.cache else ()))
         if args.floor:
             servers[FLOOR] = stack.enter_context(FloorServer(pinning))
         for name, server in servers.items():
@@ -331,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor, "neighbor": args.neighbor, "inline": args.inline,
+        "floor": args.floor, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

@@ -119,6 +119,21 @@ def mark_inline(root: Path) -> list[str]:
     return marked
 
 
+CACHED = "\nresponse_cache { enable: true }\n"
+
+
+def mark_cached(root: Path) -> list[str]:
+    """Enable Triton's response cache in every model and ensemble of the repository (both servers read it; each
+    caches only when started with --cache-config)."""
+    marked: list[str] = []
+    for config_path in sorted(root.glob("*/config.pbtxt")):
+        text = config_path.read_text(encoding="utf-8")
+        if "response_cache" not in text:
+            config_path.write_text(text + CACHED, encoding="utf-8")
+            marked.append(config_path.parent.name)
+    return marked
+
+
 ONNX_MODEL = "add_sub"
 ONNX_INSTANCES = 2
 _ADD_SUB_TENSOR = "data_type: TYPE_FP32 dims: [ 16 ]"

@@ -91,8 +91,9 @@ class PinnedTriton(TritonPeer):
     `chrt --batch 0` with `batch`: every thread of it and of its stubs under SCHED_BATCH, as ours runs with
     `--thread-policy=batch`, to tell what the policy alone gives either server."""
 
-    def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning, batch: bool = False) -> None:
-        super().__init__(repositories, install=install)
+    def __init__(self, repositories: Sequence[Path], install: TritonInstall, pinning: Pinning, batch: bool = False,
+                 extra_args: Sequence[str] = ()) -> None:
+        super().__init__(repositories, extra_args, install=install)
         self.prefix = [*pinning.server_prefix(), *(["chrt", "--batch", "0"] if batch else [])]
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:

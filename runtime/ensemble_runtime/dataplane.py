@@ -39,7 +39,7 @@ from ensemble_runtime.inference import (
 )
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, describe_set, parse_version
-from ensemble_runtime.response_caching import Caching, identity
+from ensemble_runtime.response_caching import Caching, Lookup, identity
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.sequences import SequenceTag, live_version, names_sequence, take_sequence_parameters
@@ -203,20 +203,18 @@ class DataPlane:
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
-        lookup = None
-        if self.caching is not None and tag is None and self.caching.enabled(lv):
-            steps = [s for _, s in sorted(rec.ensemble.steps.items())] if rec.ensemble is not None else []
-            lookup = self.caching.lookup(lv, identity(lv, steps), admitted.request, admitted.classes,
-                                         admitted.start_ns)
-            if lookup.hit is not None:
-                self._count_success(admitted, time.perf_counter_ns())
-                return self._respond(admitted, dict(lookup.hit.outputs), dict(lookup.hit.parameters))
+        parameters: dict[str, bool | int | float | str] = {}
+        lookup = self._look_up(admitted, rec.ensemble) if tag is None else None
+        if lookup is not None and lookup.hit is not None:
+            self._count_success(admitted, time.perf_counter_ns())
+            if rec.ensemble is not None:
+                parameters["ensemble_versions"] = rec.ensemble.describe()
+            return self._respond(admitted, dict(lookup.hit.outputs), parameters)
         traced = (
             self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
             if self.tracing.control.active else None
         )
         self.in_flight += 1
-        parameters: dict[str, bool | int | float | str] = {}
         outputs = None
         try:
             if rec.ensemble is not None:
@@ -232,7 +230,7 @@ class DataPlane:
             else:
                 outputs = await self._infer_model(lv, admitted.request, traced[0] if traced else None)
             if lookup is not None and self.caching is not None:
-                self.caching.store(lv, lookup, outputs, parameters)
+                self.caching.store(lv, lookup, outputs)
         except Exception as exc:
             self._count_failure(admitted, exc, time.perf_counter_ns())
             raise
@@ -277,10 +275,14 @@ class DataPlane:
             lv.config.model_transaction_policy.decoupled
             or not isinstance(scheduler, Scheduler)
             or not scheduler.takes_then()
-            or (self.caching is not None and self.caching.enabled(lv))
         ):
             return False
         admitted = self._admit(lv, request, declared, None)
+        cached = self._look_up(admitted, None)  # a hit is answered here, on the loop; a miss stored as it settles
+        if cached is not None and cached.hit is not None:
+            self._count_success(admitted, time.perf_counter_ns())
+            answer(self._outcome(admitted, dict(cached.hit.outputs), {}))
+            return True
         loop_thread = threading.get_ident()
         inline = False
 
@@ -290,10 +292,11 @@ class DataPlane:
             outcome = self._outcome(admitted, result, {})
             if threading.get_ident() == loop_thread:  # ran inline
                 inline = True
-                self._settle(admitted, result, end, settle)
+                self._settle(admitted, result, end, settle, cached)
                 answer(outcome)
                 return
-            self._settlements.add(self._settle, admitted, result, end, settle)  # counted before the answer leaves
+            # counted (and stored in the cache) before the answer leaves
+            self._settlements.add(self._settle, admitted, result, end, settle, cached)
             answer(outcome)
 
         self.in_flight += 1
@@ -320,10 +323,15 @@ class DataPlane:
         steps = dict(ensemble.steps)  # one version set for the whole request
         if not steps or not StepCalls.can_run(steps):
             return False
-        if self.caching is not None and any(map(self.caching.enabled, (lv, *steps.values()))):
-            return False
+        if self.caching is not None and any(map(self.caching.enabled, steps.values())):
+            return False  # its steps ask the cache on the task path
         described = ensemble.describe()
         admitted = self._admit(lv, request, declared, None)
+        cached = self._look_up(admitted, ensemble)  # a hit is answered here, on the loop; a miss stored as it settles
+        if cached is not None and cached.hit is not None:
+            self._count_success(admitted, time.perf_counter_ns())
+            answer(self._outcome(admitted, dict(cached.hit.outputs), {"ensemble_versions": described}))
+            return True
         loop = asyncio.get_running_loop()
         calls = StepCalls(steps, ComputeTimes(), loop, self._step_tasks)
         queued = time.perf_counter_ns()
@@ -331,7 +339,7 @@ class DataPlane:
         def ended(result: dict[str, Tensor] | Exception, end: int) -> None:  # on the loop
             if not isinstance(result, Exception):
                 self._count_ensemble(admitted, queued, calls.compute)
-            self._settle(admitted, result, end, functools.partial(_release, steps.values()))
+            self._settle(admitted, result, end, functools.partial(_release, steps.values()), cached)
 
         def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop (carried: maybe a model's thread)
             outcome = self._outcome(admitted, result, {"ensemble_versions": described})
@@ -376,18 +384,29 @@ class DataPlane:
             return exc
 
     def _settle(
-        self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None
+        self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None,
+        cached: Lookup | None = None,
     ) -> None:
         """On the loop: the end of a request `infer_then` took (what leaving `infer` does); `settle` first (the
-        scheduler's part, or an ensemble's step versions)."""
+        scheduler's part, or an ensemble's step versions); a response the cache missed is stored."""
         if settle is not None:
             settle()
         self.in_flight -= 1
         Registry.release(admitted.lv)
         if isinstance(result, BaseException):
             self._count_failure(admitted, result, end)
-        else:
-            self._count_success(admitted, end)
+            return
+        if cached is not None and self.caching is not None:
+            self.caching.store(admitted.lv, cached, result)
+        self._count_success(admitted, end)
+
+    def _look_up(self, admitted: _Admitted, ensemble: EnsembleState | None) -> Lookup | None:
+        """The request looked up in the response cache; None where its version does not use one."""
+        lv = admitted.lv
+        if self.caching is None or not self.caching.enabled(lv):
+            return None
+        steps = [s for _, s in sorted(ensemble.steps.items())] if ensemble is not None else []
+        return self.caching.lookup(lv, identity(lv, steps), admitted.request, admitted.classes, admitted.start_ns)
 
     def _admit(
         self, lv: LoadedVersion, request: InferRequest, declared: Mapping[str, str] | None, tag: SequenceTag | None
@@ -521,7 +540,7 @@ class DataPlane:
                 if child is not None:
                     child.mark("REQUEST_END", time.perf_counter_ns())
             if lookup is not None and self.caching is not None:
-                self.caching.store(step_lv, lookup, result, {})
+                self.caching.store(step_lv, lookup, result)
             step_lv.stats.success.add(time.perf_counter_ns() - started)
             return result
 

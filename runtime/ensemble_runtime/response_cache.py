@@ -25,7 +25,6 @@ _OBJECT_OVERHEAD = 64  # bytes counted per BYTES element besides its own, and pe
 @dataclass(frozen=True, slots=True)
 class CachedResponse:
     outputs: Mapping[str, npt.NDArray[Any]]
-    parameters: Mapping[str, bool | int | float | str]
     size: int
 
 
@@ -61,15 +60,14 @@ def response_size(outputs: Mapping[str, npt.NDArray[Any]]) -> int:
     return size
 
 
-def stored(outputs: Mapping[str, npt.NDArray[Any]], parameters: Mapping[str, bool | int | float | str],
-           limit: int | None = None) -> CachedResponse | None:
+def stored(outputs: Mapping[str, npt.NDArray[Any]], limit: int | None = None) -> CachedResponse | None:
     """A copy of a response as the cache keeps it (a model may reuse its output buffers), with its size; None
     (and no copy made) when it is larger than `limit`."""
     size = response_size(outputs)
     if limit is not None and size > limit:
         return None
     copies = {name: np.array(array, copy=True) for name, array in outputs.items()}
-    return CachedResponse(copies, dict(parameters), size)
+    return CachedResponse(copies, size)
 
 
 class ResponseCache:

@@ -54,11 +54,11 @@ class Caching:
             lv.stats.cache_hit.add(ended - began)
         return Lookup(key, ended - began, hit)
 
-    def store(self, lv: LoadedVersion, lookup: Lookup, outputs: Mapping[str, Tensor],
-              parameters: Mapping[str, bool | int | float | str]) -> None:
-        """A miss's response, stored; the miss counted."""
+    def store(self, lv: LoadedVersion, lookup: Lookup, outputs: Mapping[str, Tensor]) -> None:
+        """A miss's response (its outputs: the parameters it is answered with come from the key's version or
+        version set), stored; the miss counted."""
         began = time.perf_counter_ns()
-        entry = stored(outputs, parameters, self.cache.capacity)  # larger than the cache: not even copied
+        entry = stored(outputs, self.cache.capacity)  # larger than the cache: not even copied
         if entry is not None:
             self.cache.put(lookup.key, entry)
         spent = time.perf_counter_ns() - began

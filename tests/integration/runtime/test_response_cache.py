@@ -188,3 +188,31 @@ def test_perf_analyzer_reads_the_hits(repository: Path) -> None:
     hits = re.search(r"Server: .*?Cache hit count: (\d+)\s+Cache miss count: (\d+)", measured.output, re.DOTALL)
     assert hits is not None, measured.output[-3000:]
     assert int(hits[1]) > 0 and 1 <= int(hits[2]) <= 2  # the one input missed by the 2 first in flight, then hits
+
+
+@pytest.mark.parametrize("kind", ["ours", _TRITON])
+def test_an_ensemble_that_caches_over_steps_that_do_not(kind: str, tmp_path: Path) -> None:
+    """Only the ensemble caches (ours answers its hits without a task, as the request arrives): a hit runs no
+    step; the steps count only the misses' executions."""
+    root = tmp_path / "repo"
+    build_chain_repository(root, lengths=(2,))
+    with (root / "chain2" / "config.pbtxt").open("a") as config:
+        config.write(ENABLE)
+    with _process(kind, [root], [CACHE]) as proc:
+        proc.wait_ready()
+        with proc.grpc_client() as client:
+            for value in (5.0, 5.0, 6.0, 5.0, 6.0):
+                item = grpcclient.InferInput("IN", [16], "FP32")
+                item.set_data_from_numpy(np.full(16, value, np.float32))
+                result = client.infer("chain2", [item])
+                assert float(result.as_numpy("OUT")[0]) == value + 2
+            deadline = time.monotonic() + 30
+            while True:
+                stats = {e["name"]: _counts(e) for e in client.get_inference_statistics(as_json=True)["model_stats"]}
+                if stats["chain2"]["success"] == 5 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+    assert stats["chain2"] == {"inference_count": 2, "execution_count": 2, "success": 5, "queue": 5,
+                               "compute_input": 2, "compute_infer": 2, "compute_output": 2,
+                               "cache_hit": 3, "cache_miss": 2}
+    assert stats["add_one_0"]["success"] == stats["add_one_1"]["execution_count"] == 2

@@ -42,17 +42,17 @@ def test_the_key_changes_with_whatever_decides_the_response() -> None:
 
 def test_entries_are_copies_sized_by_their_bytes() -> None:
     output = np.ones(100, np.float32)
-    entry = stored({"Y": output}, {"p": 1})
+    entry = stored({"Y": output})
     output[:] = 7  # a model that reuses its buffer does not change what was stored
     assert entry is not None and float(entry.outputs["Y"][0]) == 1.0 and entry.size >= 400
-    strings = stored({"S": np.array([b"x" * 1000], dtype=np.object_)}, {})
+    strings = stored({"S": np.array([b"x" * 1000], dtype=np.object_)})
     assert strings is not None and strings.size >= 1000
-    assert stored({"Y": output}, {}, limit=399) is None  # larger than the cache: never copied
+    assert stored({"Y": output}, limit=399) is None  # larger than the cache: never copied
 
 
 def test_the_least_recently_used_leave_first_and_the_bound_holds() -> None:
-    one = stored({"Y": np.zeros(100, np.uint8)}, {})
-    huge = stored({"Y": np.zeros(10_000, np.uint8)}, {})
+    one = stored({"Y": np.zeros(100, np.uint8)})
+    huge = stored({"Y": np.zeros(10_000, np.uint8)})
     assert one is not None and huge is not None
     cache = ResponseCache(capacity=3 * one.size)
     for key in (b"a", b"b", b"c"):
