@@ -98,8 +98,9 @@ class DataPlane:
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
     # Triton's trace extension: a request its settings sample takes `infer`'s path, which traces it
     tracing: Tracing = field(default_factory=Tracing)
-    # Triton's response cache (--cache-config): a version with it enabled takes `infer`'s path, which uses it
+    # Triton's response cache (--cache-config); the tasks of missed requests that `infer_then` took
     caching: Caching | None = None
+    _missed: set[asyncio.Task[InferResponse]] = field(default_factory=set)
 
     # ---- health -------------------------------------------------------------------------------
     def live(self) -> bool:
@@ -203,13 +204,21 @@ class DataPlane:
         if lv.config.model_transaction_policy.decoupled or (rec.ensemble is not None and rec.ensemble.graph.decoupled):
             raise InferenceError(ErrorCode.UNIMPLEMENTED, DECOUPLED_REFUSAL.format(endpoint))
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
-        parameters: dict[str, bool | int | float | str] = {}
-        lookup = self._look_up(admitted, rec.ensemble) if tag is None else None
+        lookup = self._look_up(admitted, rec.ensemble) if tag is None and self.caching is not None else None
         if lookup is not None and lookup.hit is not None:
             self._count_success(admitted, time.perf_counter_ns())
+            hit: dict[str, bool | int | float | str] = {}
             if rec.ensemble is not None:
-                parameters["ensemble_versions"] = rec.ensemble.describe()
-            return self._respond(admitted, dict(lookup.hit.outputs), parameters)
+                hit["ensemble_versions"] = rec.ensemble.describe()
+            return self._respond(admitted, dict(lookup.hit.outputs), hit)
+        return await self._run(admitted, rec.ensemble, tag, lookup)
+
+    async def _run(
+        self, admitted: _Admitted, ensemble: EnsembleState | None, tag: SequenceTag | None, lookup: Lookup | None
+    ) -> InferResponse:
+        """`infer` once the request is admitted (and missed the cache, where its version uses one)."""
+        lv = admitted.lv
+        parameters: dict[str, bool | int | float | str] = {}
         traced = (
             self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
             if self.tracing.control.active else None
@@ -217,13 +226,13 @@ class DataPlane:
         self.in_flight += 1
         outputs = None
         try:
-            if rec.ensemble is not None:
+            if ensemble is not None:
                 compute = ComputeTimes()  # the ensemble request's compute: its steps' executions, summed
                 queued = time.perf_counter_ns()
                 if traced is not None:
                     traced[0].mark("QUEUE_START", queued)
                 outputs, versions = await self._infer_ensemble(
-                    lv, rec.ensemble.graph, admitted.request, compute, tag, traced
+                    lv, ensemble.graph, admitted.request, compute, tag, traced
                 )
                 parameters["ensemble_versions"] = versions
                 self._count_ensemble(admitted, queued, compute)
@@ -278,7 +287,8 @@ class DataPlane:
         ):
             return False
         admitted = self._admit(lv, request, declared, None)
-        cached = self._look_up(admitted, None)  # a hit is answered here, on the loop; a miss stored as it settles
+        # a hit is answered here, on the loop; a miss stored as it settles
+        cached = self._look_up(admitted, None) if self.caching is not None else None
         if cached is not None and cached.hit is not None:
             self._count_success(admitted, time.perf_counter_ns())
             answer(self._outcome(admitted, dict(cached.hit.outputs), {}))
@@ -324,10 +334,11 @@ class DataPlane:
         if not steps or not StepCalls.can_run(steps):
             return False
         if self.caching is not None and any(map(self.caching.enabled, steps.values())):
-            return False  # its steps ask the cache on the task path
+            return self._ensemble_cached_then(lv, ensemble, request, declared, answer)
         described = ensemble.describe()
         admitted = self._admit(lv, request, declared, None)
-        cached = self._look_up(admitted, ensemble)  # a hit is answered here, on the loop; a miss stored as it settles
+        # a hit is answered here, on the loop; a miss stored as it settles
+        cached = self._look_up(admitted, ensemble) if self.caching is not None else None
         if cached is not None and cached.hit is not None:
             self._count_success(admitted, time.perf_counter_ns())
             answer(self._outcome(admitted, dict(cached.hit.outputs), {"ensemble_versions": described}))
@@ -363,6 +374,34 @@ class DataPlane:
             Registry.acquire(version)
         run.start()
         return True
+
+    def _ensemble_cached_then(
+        self, lv: LoadedVersion, ensemble: EnsembleState, request: InferRequest,
+        declared: Mapping[str, str] | None, answer: Answer,
+    ) -> bool:
+        """An ensemble whose steps ask the cache (on the task path, `_infer_ensemble`): where it caches too, its
+        hits are answered here, on the loop, and only a miss takes a task."""
+        if self.caching is None or not self.caching.enabled(lv):
+            return False
+        admitted = self._admit(lv, request, declared, None)
+        cached = self._look_up(admitted, ensemble)
+        assert cached is not None
+        if cached.hit is not None:
+            self._count_success(admitted, time.perf_counter_ns())
+            answer(self._outcome(admitted, dict(cached.hit.outputs), {"ensemble_versions": ensemble.describe()}))
+            return True
+        task = asyncio.get_running_loop().create_task(self._run(admitted, ensemble, None, cached))
+        self._missed.add(task)
+        task.add_done_callback(functools.partial(self._missed_ended, answer))
+        return True
+
+    def _missed_ended(self, answer: Answer, task: asyncio.Task[InferResponse]) -> None:
+        self._missed.discard(task)
+        if task.cancelled():
+            answer(unavailable("the server is stopping"))
+            return
+        exc = task.exception()
+        answer(task.result() if exc is None else exc if isinstance(exc, Exception) else internal(repr(exc)))
 
     def _count_ensemble(self, admitted: _Admitted, queued: int, compute: ComputeTimes) -> None:
         """An ensemble request's own statistics: one execution, its steps' compute summed."""

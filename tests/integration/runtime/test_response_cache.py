@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from bench.models import build_chain_repository
 from bench.perf_analyzer import find_perf_analyzer, run_perf_analyzer
@@ -216,3 +217,38 @@ def test_an_ensemble_that_caches_over_steps_that_do_not(kind: str, tmp_path: Pat
                                "compute_input": 2, "compute_infer": 2, "compute_output": 2,
                                "cache_hit": 3, "cache_miss": 2}
     assert stats["add_one_0"]["success"] == stats["add_one_1"]["execution_count"] == 2
+
+
+def test_failures_are_not_cached(tmp_path: Path) -> None:
+    """`guarded` (add_one_0 -> refuse_negative, which answers an error below -1), every model and the ensemble
+    caching: a refused request fails each time it is sent, and only answers are cached."""
+    from tests.integration.triton_peer.stats_repository import build_stats_repository
+
+    root = tmp_path / "repo"
+    build_stats_repository(root)
+    for model in ("add_one_0", "refuse_negative", "guarded"):
+        with (root / model / "config.pbtxt").open("a") as config:
+            config.write(ENABLE)
+    with RuntimeProcess([root], [CACHE]) as proc:
+        proc.wait_ready()
+        with proc.grpc_client() as client:
+            for value in (-5.0, -5.0, 0.0, 0.0):
+                item = grpcclient.InferInput("IN", [16], "FP32")
+                item.set_data_from_numpy(np.full(16, value, np.float32))
+                if value < 0:
+                    with pytest.raises(InferenceServerException, match="negative input"):
+                        client.infer("guarded", [item])
+                else:
+                    assert float(client.infer("guarded", [item]).as_numpy("OUT")[0]) == 1.0
+            deadline = time.monotonic() + 30
+            while True:
+                stats = {e["name"]: e for e in client.get_inference_statistics(as_json=True)["model_stats"]}
+                if int(stats["guarded"]["inference_stats"].get("success", {}).get("count", 0)) == 2:
+                    break
+                assert time.monotonic() < deadline, stats
+                time.sleep(0.1)
+    guarded = stats["guarded"]["inference_stats"]
+    assert int(guarded["fail"]["count"]) == 2 and int(guarded["cache_hit"]["count"]) == 1
+    assert int(guarded["cache_miss"]["count"]) == 1  # only the answer was stored
+    # refuse_negative answered its error response twice (its own success: it ran), and ran once for 0.0
+    assert int(stats["refuse_negative"]["execution_count"]) == 3
