@@ -6,7 +6,6 @@ transports call each for its own requests, as MLServer and KServe divide them.""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import threading
 import time
@@ -17,8 +16,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
 from ensemble_runtime.backends.handoff import Deferred
-from ensemble_runtime.ensemble import EnsembleGraph, Step
-from ensemble_runtime.ensemble.executor import EnsembleRun, run_ensemble
+from ensemble_runtime.ensemble.executor import EnsembleRun
+from ensemble_runtime.ensemble_tasks import infer_ensemble
 from ensemble_runtime.errors import (
     ErrorCode,
     InferenceError,
@@ -38,7 +37,7 @@ from ensemble_runtime.inference import (
     batch_size_of,
 )
 from ensemble_runtime.model_manager import ModelManager
-from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, describe_set, parse_version
+from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, parse_version
 from ensemble_runtime.response_caching import Caching, Lookup, identity
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.scheduler import Scheduler
@@ -197,7 +196,7 @@ class DataPlane:
         if not self.accepting:
             raise unavailable("server is shutting down and no longer accepts requests")
         tag = take_sequence_parameters(request.parameters)
-        lv = self._sequence_version(request.model_name, request.model_version, tag) or self.registry.find(
+        lv = self.sequence_version(request.model_name, request.model_version, tag) or self.registry.find(
             request.model_name, request.model_version
         )
         rec = self.registry.records[request.model_name]
@@ -231,9 +230,7 @@ class DataPlane:
                 queued = time.perf_counter_ns()
                 if traced is not None:
                     traced[0].mark("QUEUE_START", queued)
-                outputs, versions = await self._infer_ensemble(
-                    lv, ensemble.graph, admitted.request, compute, tag, traced
-                )
+                outputs, versions = await infer_ensemble(self, lv, ensemble.graph, admitted.request, compute, tag, traced)
                 parameters["ensemble_versions"] = versions
                 self._count_ensemble(admitted, queued, compute)
             else:
@@ -503,7 +500,7 @@ class DataPlane:
             parameters=parameters,
         )
 
-    def _sequence_version(self, name: str, version: str, tag: SequenceTag | None) -> LoadedVersion | None:
+    def sequence_version(self, name: str, version: str, tag: SequenceTag | None) -> LoadedVersion | None:
         """A request that continues a sequence runs on the version its sequence started on, even one no longer
         served (draining while the sequence lives). None: no such sequence (or a start, or a pinned version)."""
         if tag is None or tag.start or version:
@@ -536,58 +533,6 @@ class DataPlane:
         if changes:
             self.tracing.control.update(parse_changes(changes), model)
         return self.tracing.control.settings(model)
-
-    async def _infer_ensemble(
-        self,
-        lv: LoadedVersion,
-        graph: object,
-        request: BackendRequest,
-        compute: ComputeTimes,
-        tag: SequenceTag | None = None,
-        traced: list[Trace] | None = None,
-    ) -> tuple[dict[str, Tensor], str]:
-        assert isinstance(graph, EnsembleGraph)
-        steps = dict(self.registry.ensemble_set(lv.model))  # one version set for the whole request
-        if not steps:
-            raise unavailable(f"ensemble '{lv.model}' has no ready version set")
-
-        async def call_step(step: Step, step_request: BackendRequest) -> dict[str, Tensor]:
-            step_lv = steps[step.index]
-            if tag is not None:  # Triton's ensembles pass the correlation ID and flags on to every step
-                step_request = dataclasses.replace(step_request, correlation_id=tag.correlation_id, flags=tag.flags)
-                step_lv = self._sequence_version(step.model_name, "", tag) or step_lv
-            scheduler = step_lv.scheduler
-            if scheduler is None:
-                raise unavailable(f"model '{step.model_name}' version {step_lv.version} is not loaded")
-            started = time.perf_counter_ns()
-            lookup = None
-            if self.caching is not None and tag is None and self.caching.enabled(step_lv):
-                lookup = self.caching.lookup(step_lv, identity(step_lv), step_request, {}, started)
-                if lookup.hit is not None:
-                    step_lv.stats.success.add(time.perf_counter_ns() - started)
-                    return dict(lookup.hit.outputs)
-            child = None if traced is None else self.tracing.step(traced, step.model_name, step_lv.version, started)
-            try:
-                result = await scheduler.submit(step_request, compute if child is None else TracedTimes(trace=child, into=compute))
-            except Exception as exc:
-                if isinstance(exc, ResponseError):  # the step model's own error response: it ran
-                    step_lv.stats.success.add(time.perf_counter_ns() - started)
-                else:
-                    step_lv.stats.record_failure(time.perf_counter_ns() - started, failure_reason(exc))
-                raise
-            finally:
-                if child is not None:
-                    child.mark("REQUEST_END", time.perf_counter_ns())
-            if lookup is not None and self.caching is not None:
-                self.caching.store(step_lv, lookup, result)
-            step_lv.stats.success.add(time.perf_counter_ns() - started)
-            return result
-
-        with Registry.holding(*steps.values(), lv):
-            outputs = await run_ensemble(
-                graph, request.inputs, request.requested_outputs, call_step, request_id=request.request_id
-            )
-        return outputs, describe_set(steps)
 
 
 def _release(versions: Iterable[LoadedVersion]) -> None:
