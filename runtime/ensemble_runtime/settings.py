@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-config", action="append", dest="cache_config", metavar="local,size=BYTES",
                    help="Triton's response cache: responses of models whose config has response_cache { enable: "
                         "true } are kept, at most BYTES of them, and a request with the same inputs is answered "
-                        "from them (ModelInfer, HTTP infer and BLS; not ModelStreamInfer)")
+                        "from them (ModelInfer, ModelStreamInfer, HTTP infer and BLS; not decoupled models or sequences)")
     p.add_argument("--cache-directory", help="accepted as Triton takes it; the local cache is built in")
     p.add_argument("--server-name",
                    help="the name server metadata reports (Triton reports 'triton'; clients that check it, such as "
