@@ -189,7 +189,9 @@ def test_perf_analyzer_reads_the_hits(repository: Path) -> None:
     assert measured.returncode == 0, f"{' '.join(measured.command)}\n{measured.output[-3000:]}"
     hits = re.search(r"Server: .*?Cache hit count: (\d+)\s+Cache miss count: (\d+)", measured.output, re.DOTALL)
     assert hits is not None, measured.output[-3000:]
-    assert int(hits[1]) > 0 and 1 <= int(hits[2]) <= 2  # the one input missed by the 2 first in flight, then hits
+    # the one input is missed by at most the 2 first in flight (perf_analyzer counts its windows only: the misses
+    # may fall in its warm-up), then every request hits
+    assert int(hits[1]) > 0 and int(hits[2]) <= 2
 
 
 @pytest.mark.parametrize("kind", ["ours", _TRITON])
