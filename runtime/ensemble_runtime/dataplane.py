@@ -38,6 +38,7 @@ from ensemble_runtime.inference import (
 )
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, parse_version
+from ensemble_runtime.response_cache import CachedResponse
 from ensemble_runtime.response_caching import Caching, Lookup, identity
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.scheduler import Scheduler
@@ -287,8 +288,7 @@ class DataPlane:
         # a hit is answered here, on the loop; a miss stored as it settles
         cached = self._look_up(admitted, None) if self.caching is not None else None
         if cached is not None and cached.hit is not None:
-            self._count_success(admitted, time.perf_counter_ns())
-            answer(self._outcome(admitted, dict(cached.hit.outputs), {}))
+            answer(self._answered_from(admitted, cached.hit, {}))
             return True
         loop_thread = threading.get_ident()
         inline = False
@@ -337,8 +337,7 @@ class DataPlane:
         # a hit is answered here, on the loop; a miss stored as it settles
         cached = self._look_up(admitted, ensemble) if self.caching is not None else None
         if cached is not None and cached.hit is not None:
-            self._count_success(admitted, time.perf_counter_ns())
-            answer(self._outcome(admitted, dict(cached.hit.outputs), {"ensemble_versions": described}))
+            answer(self._answered_from(admitted, cached.hit, {"ensemble_versions": described}))
             return True
         loop = asyncio.get_running_loop()
         calls = StepCalls(steps, ComputeTimes(), loop, self._step_tasks)
@@ -384,8 +383,7 @@ class DataPlane:
         cached = self._look_up(admitted, ensemble)
         assert cached is not None
         if cached.hit is not None:
-            self._count_success(admitted, time.perf_counter_ns())
-            answer(self._outcome(admitted, dict(cached.hit.outputs), {"ensemble_versions": ensemble.describe()}))
+            answer(self._answered_from(admitted, cached.hit, {"ensemble_versions": ensemble.describe()}))
             return True
         task = asyncio.get_running_loop().create_task(self._run(admitted, ensemble, None, cached))
         self._missed.add(task)
@@ -435,6 +433,14 @@ class DataPlane:
         if cached is not None and self.caching is not None:
             self.caching.store(admitted.lv, cached, result)
         self._count_success(admitted, end)
+
+    def _answered_from(
+        self, admitted: _Admitted, hit: CachedResponse, parameters: dict[str, bool | int | float | str]
+    ) -> InferResponse | Exception:
+        """A request `infer_then` took, answered from the cache: counted a success (the hit itself is counted by
+        the lookup), its response built from the stored outputs."""
+        self._count_success(admitted, time.perf_counter_ns())
+        return self._outcome(admitted, dict(hit.outputs), parameters)
 
     def _look_up(self, admitted: _Admitted, ensemble: EnsembleState | None) -> Lookup | None:
         """The request looked up in the response cache; None where its version does not use one."""
