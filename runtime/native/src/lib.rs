@@ -21,6 +21,7 @@ pub mod http_reply;
 pub mod idle_policy;
 pub mod inflate;
 pub mod messages;
+pub mod on_loop;
 pub mod outgoing;
 pub mod placed;
 pub mod queue;

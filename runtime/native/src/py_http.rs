@@ -85,10 +85,50 @@ impl PyHttpCore {
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
         let core = self.core.clone();
         let in_flight = core.in_flight.clone();
+        if self.serving.on_loop() {
+            self.core.queue.unsignalled(); // its turns take the calls (see `turn`)
+        }
         self.serving
             .start(py, address, port, in_flight, move |runtime, listener| {
                 serve(runtime, core, listener)
             })
+    }
+
+    /// The descriptor that turns readable when a core the event loop drives (threads 0) has I/O ready: the loop
+    /// calls `turn` then. None for a core with its own threads.
+    fn driver_fd(&self) -> Option<i32> {
+        self.serving.driver_fd()
+    }
+
+    /// Runs what is ready in a core the event loop drives, without waiting and for at most 2 ms, calling `take`
+    /// (with no arguments) whenever calls wait, so that what it answers at once is written in the same turn:
+    /// (tasks polled, whether nothing was left ready; if not, turn it again soon). For a core with its own
+    /// threads, nothing.
+    #[pyo3(signature = (take=None))]
+    fn turn(&self, py: Python<'_>, take: Option<Py<PyAny>>) -> (u64, bool) {
+        let queue = &self.core.queue;
+        self.serving.turn(py, move || {
+            let Some(take) = take.as_ref().filter(|_| queue.waiting()) else {
+                return false;
+            };
+            Python::with_gil(|py| {
+                if let Err(error) = take.call0(py) {
+                    error.write_unraisable(py, Some(take.bind(py)));
+                }
+            });
+            true
+        })
+    }
+
+    /// Stops taking connections; calls in flight go on (a core the loop drives: turn it until `finished`).
+    fn begin_stop(&self) {
+        self.serving.begin_stop();
+    }
+
+    /// Whether the core's server has finished (or never served).
+    #[getter]
+    fn finished(&self) -> bool {
+        self.serving.finished()
     }
 
     /// Every infer call waiting now (one wake-up's batch), the GIL taken once for all of them.

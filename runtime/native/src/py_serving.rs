@@ -2,6 +2,7 @@
 //! calls in flight. Shared by `GrpcCore` and `HttpCore`.
 
 use std::net::{TcpListener, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::idle_policy::{self, InFlight};
+use crate::on_loop;
 use crate::running::Running;
 
 /// `value` seconds as a duration, or ValueError naming `name` unless it is a positive number of seconds.
@@ -39,17 +41,24 @@ pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Serving<T> {
     name: &'static str,
     what: &'static str,
-    threads: usize,
-    state: Mutex<Option<(tokio::runtime::Runtime, Running<T>)>>,
+    threads: usize, // 0: the event loop's thread drives the port (crate::on_loop)
+    state: Mutex<Option<Port<T>>>,
+}
+
+struct Port<T> {
+    runtime: tokio::runtime::Runtime,
+    running: Running<T>,
+    driver: Option<RawFd>, // the runtime's epoll descriptor, for a port the loop drives
 }
 
 impl<T: Send + 'static> Serving<T> {
-    /// `name`: the runtime's thread name ("grpc-core"); `what`: the port in errors ("gRPC core").
+    /// `name`: the runtime's thread name ("grpc-core"); `what`: the port in errors ("gRPC core"); `threads`: the
+    /// runtime's worker threads, or 0 for a port the event loop's thread drives ([`Serving::turn`]).
     pub fn new(name: &'static str, what: &'static str, threads: usize) -> Self {
         Self {
             name,
             what,
-            threads: threads.max(1),
+            threads,
             state: Mutex::new(None),
         }
     }
@@ -74,14 +83,35 @@ impl<T: Send + 'static> Serving<T> {
                 self.what
             )));
         }
+        if self.threads == 0 && !on_loop::AVAILABLE {
+            return Err(PyRuntimeError::new_err(format!(
+                "the {} cannot run on the event loop's thread: this build lacks tokio's run-queue metrics \
+                 (tokio_unstable, see .cargo/config.toml); give it threads",
+                self.what
+            )));
+        }
         let addr = (address, port)
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| PyValueError::new_err(format!("no address for {address}:{port}")))?;
         let (name, threads) = (self.name, self.threads);
-        let (runtime, running, bound) = py.allow_threads(move || -> std::io::Result<_> {
+        let (port, bound) = py.allow_threads(move || -> std::io::Result<_> {
             let listener = TcpListener::bind(addr)?;
             let bound = listener.local_addr()?.port();
+            if threads == 0 {
+                let registered = listener.as_raw_fd(); // the runtime's driver watches it once it serves
+                let runtime = on_loop::runtime()?;
+                let running = serve(&runtime, listener)?;
+                let driver = Some(on_loop::driver_fd(registered)?);
+                return Ok((
+                    Port {
+                        runtime,
+                        running,
+                        driver,
+                    },
+                    bound,
+                ));
+            }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
                 .thread_name(name)
@@ -90,17 +120,72 @@ impl<T: Send + 'static> Serving<T> {
                 .enable_all()
                 .build()?;
             let running = serve(&runtime, listener)?;
-            Ok((runtime, running, bound))
+            Ok((
+                Port {
+                    runtime,
+                    running,
+                    driver: None,
+                },
+                bound,
+            ))
         })?;
-        *state = Some((runtime, running));
+        *state = Some(port);
         Ok(bound)
     }
 
+    /// The descriptor that turns readable when a port the loop drives has I/O ready (None: the port has its own
+    /// threads, or does not serve).
+    pub fn driver_fd(&self) -> Option<RawFd> {
+        lock(&self.state).as_ref().and_then(|port| port.driver)
+    }
+
+    /// Runs what is ready on a port the loop drives, without waiting, for at most `on_loop::TURN_BUDGET` (see
+    /// `on_loop::turn`; `take` hands over the calls the port queued): (tasks polled, whether nothing was left
+    /// ready). Nothing to do for a port with its own threads.
+    pub fn turn<F>(&self, py: Python<'_>, take: F) -> (u64, bool)
+    where
+        F: FnMut() -> bool + Unpin + Send,
+    {
+        let state = lock(&self.state);
+        match state.as_ref() {
+            Some(port) if port.driver.is_some() => {
+                let turned =
+                    py.allow_threads(|| on_loop::turn(&port.runtime, on_loop::TURN_BUDGET, take));
+                (turned.polls, turned.quiet)
+            }
+            _ => (0, true),
+        }
+    }
+
+    /// Whether the event loop's thread drives this port (it was made with no threads).
+    pub fn on_loop(&self) -> bool {
+        self.threads == 0
+    }
+
+    /// Stops taking connections; the calls in flight go on (a port the loop drives: turn it until
+    /// [`Serving::finished`], then [`Serving::stop`]).
+    pub fn begin_stop(&self) {
+        if let Some(port) = lock(&self.state).as_mut() {
+            port.running.begin_stop();
+        }
+    }
+
+    /// Whether the server has finished (or never served).
+    pub fn finished(&self) -> bool {
+        lock(&self.state)
+            .as_ref()
+            .is_none_or(|port| port.running.finished())
+    }
+
     /// Stops taking connections and waits up to `grace` seconds for calls in flight (run it off the event
-    /// loop, which answers them meanwhile), then ends the runtime's threads.
+    /// loop, which answers them meanwhile; for a port the loop drives, on the loop with 0 after
+    /// [`Serving::finished`]), then ends the runtime's threads.
     pub fn stop(&self, py: Python<'_>, grace: f64) {
         let taken = lock(&self.state).take();
-        if let Some((runtime, running)) = taken {
+        if let Some(Port {
+            runtime, running, ..
+        }) = taken
+        {
             py.allow_threads(move || {
                 running.stop(&runtime, Duration::from_secs_f64(grace.max(0.0)));
                 runtime.shutdown_timeout(Duration::from_millis(100));

@@ -2,15 +2,20 @@
 //! eventfd the asyncio loop watches (`add_reader`): it is written when the queue goes from empty to non-empty, so
 //! a burst of calls wakes the loop once. (An eventfd, not a socket pair: its write and read move a counter, where
 //! a socket's allocate, account and free a buffer on every wake-up, on both sides.)
+//! A port the loop's own thread drives (crate::on_loop) takes its calls from inside its turn: its queue is told
+//! not to signal ([`WakeQueue::unsignalled`]), and the turn asks [`WakeQueue::waiting`] instead.
 
 use std::fs::File;
 use std::io::{Error, ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 pub struct WakeQueue<T> {
     items: Mutex<Vec<T>>,
     signal: File, // the eventfd (closed with the queue)
+    waiting: AtomicBool,
+    unsignalled: AtomicBool,
 }
 
 impl<T> WakeQueue<T> {
@@ -24,7 +29,19 @@ impl<T> WakeQueue<T> {
             items: Mutex::new(Vec::new()),
             // SAFETY: `fd` is a fresh descriptor nothing else owns.
             signal: unsafe { File::from_raw_fd(fd) },
+            waiting: AtomicBool::new(false),
+            unsignalled: AtomicBool::new(false),
         })
+    }
+
+    /// From now on a push does not write the descriptor: whoever takes the calls asks [`WakeQueue::waiting`].
+    pub fn unsignalled(&self) {
+        self.unsignalled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether calls wait (a push since the last take).
+    pub fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
     }
 
     /// The descriptor that turns readable when calls are waiting.
@@ -36,9 +53,10 @@ impl<T> WakeQueue<T> {
         let first = {
             let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
             items.push(item);
+            self.waiting.store(true, Ordering::Release);
             items.len() == 1
         };
-        if first {
+        if first && !self.unsignalled.load(Ordering::Relaxed) {
             // Fails only when the counter is at its maximum: a wake-up is pending, nothing is lost.
             let _ = (&self.signal).write(&1u64.to_ne_bytes());
         }
@@ -54,7 +72,9 @@ impl<T> WakeQueue<T> {
                 _ => break, // read (reset), or WouldBlock: nothing was signalled
             }
         }
-        std::mem::take(&mut *self.items.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.store(false, Ordering::Release);
+        std::mem::take(&mut *items)
     }
 }
 
@@ -84,6 +104,19 @@ mod tests {
         queue.push(9);
         queue.take();
         assert_eq!(wakeups(&queue), 0, "take consumes the wake-up");
+    }
+
+    #[test]
+    fn an_unsignalled_queue_says_when_calls_wait() {
+        let queue = WakeQueue::new().unwrap();
+        queue.unsignalled();
+        assert!(!queue.waiting());
+        queue.push(1);
+        queue.push(2);
+        assert!(queue.waiting());
+        assert_eq!(wakeups(&queue), 0, "no wake-up written");
+        assert_eq!(queue.take(), vec![1, 2]);
+        assert!(!queue.waiting());
     }
 
     #[test]
