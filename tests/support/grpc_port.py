@@ -17,7 +17,8 @@ from tritonclient.grpc import InferInput
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sockets import LOADED
 
-FRONTENDS = ["native", "grpcio"]
+# "native-on-loop": the native core with no threads of its own, driven by the event loop's thread
+FRONTENDS = ["native", "native-on-loop", "grpcio"]
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -26,7 +27,9 @@ MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 @contextmanager
 def serving(repository: Path, frontend: str, flags: list[str]) -> Iterator[RuntimeProcess]:
-    with RuntimeProcess([repository], [f"--grpc-frontend={frontend}", "--strict-readiness=false", *flags]) as proc:
+    chosen = ["--grpc-frontend=native", "--grpc-native-threads=0"] if frontend == "native-on-loop" \
+        else [f"--grpc-frontend={frontend}", "--grpc-native-threads=1"]
+    with RuntimeProcess([repository], [*chosen, "--strict-readiness=false", *flags]) as proc:
         proc.wait_ready()
         proc.wait_model_ready("add_sub")
         yield proc

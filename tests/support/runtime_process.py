@@ -14,6 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # (a test that passes --grpc-frontend itself keeps its own).
 FRONTEND_ENV = "ENSEMBLE_TEST_GRPC_FRONTEND"
 HTTP_FRONTEND_ENV = "ENSEMBLE_TEST_HTTP_FRONTEND"  # the same for --http-frontend (native, aiohttp)
+# ENSEMBLE_TEST_NATIVE_THREADS=N gives both native cores N threads (0: the event loop's thread drives them)
+NATIVE_THREADS_ENV = "ENSEMBLE_TEST_NATIVE_THREADS"
 
 
 class RuntimeProcess(ServerProcess):
@@ -23,10 +25,12 @@ class RuntimeProcess(ServerProcess):
 
     def __init__(self, repositories: Sequence[Path | str], extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         super().__init__()
-        for env_name, flag in ((FRONTEND_ENV, "--grpc-frontend"), (HTTP_FRONTEND_ENV, "--http-frontend")):
-            frontend = os.environ.get(env_name)
-            if frontend and not any(a.startswith(flag) for a in extra_args):
-                extra_args = [f"{flag}={frontend}", *extra_args]
+        for env_name, flag in ((FRONTEND_ENV, "--grpc-frontend"), (HTTP_FRONTEND_ENV, "--http-frontend"),
+                               (NATIVE_THREADS_ENV, "--grpc-native-threads"),
+                               (NATIVE_THREADS_ENV, "--http-native-threads")):
+            value = os.environ.get(env_name)
+            if value and not any(a.startswith(flag) for a in extra_args):
+                extra_args = [f"{flag}={value}", *extra_args]
         self.args = [
             sys.executable, "-m", "ensemble_runtime",
             *(f"--model-repository={r}" for r in repositories),

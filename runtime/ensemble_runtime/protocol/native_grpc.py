@@ -24,6 +24,7 @@ from ensemble_runtime.protocol.native_stream import (
     model_infer_inbound,
     watch_inbound,
 )
+from ensemble_runtime.protocol.on_loop import LoopDriver, drive
 from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
@@ -76,6 +77,7 @@ class NativeGrpcServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._driver: LoopDriver | None = None  # threads 0: the loop's thread drives the core
 
     def start(self, address: str, port: int) -> int:
         """Serve on `address:port` (0: any free port); returns the port."""
@@ -83,10 +85,11 @@ class NativeGrpcServer:
         bound = self._core.start(address, port)
         loop.add_reader(self._core.fileno(), self._drain)
         self._loop = loop
+        self._driver = drive(loop, self._core, self._drain)
         return bound
 
     def _drain(self) -> None:
-        """One wake-up: every call waiting, one task each."""
+        """One wake-up (or, for a core the loop drives, calls its turn read): every call waiting, one task each."""
         assert self._loop is not None
         for item in self._core.take():
             if isinstance(item, StreamFrame | StreamWritable):
@@ -134,7 +137,11 @@ class NativeGrpcServer:
     async def stop(self, grace: float) -> None:
         """Stop taking calls; those in flight are answered for up to `grace` seconds (health Watch ends now)."""
         self._stopping.set()
-        await asyncio.to_thread(self._core.stop, grace)
+        if self._driver is not None:
+            await self._driver.stop(grace)
+            self._driver = None
+        else:
+            await asyncio.to_thread(self._core.stop, grace)
         if self._loop is not None:
             self._loop.remove_reader(self._core.fileno())
             self._loop = None

@@ -30,6 +30,7 @@ from ensemble_runtime.protocol._native import BinaryInfer, HttpCall, HttpCore
 from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
 from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
+from ensemble_runtime.protocol.on_loop import LoopDriver, drive
 from ensemble_runtime.restrictions import Category, Restrictions
 from ensemble_runtime.settings import SEND_TIMEOUT_SECS
 from ensemble_runtime.shared_memory import SharedMemoryRegistry, sends_to_shared_memory
@@ -173,6 +174,7 @@ class NativeHttpServer:
         self._socket_dir: Path | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._driver: LoopDriver | None = None  # threads 0: the loop's thread drives the core
 
     async def start(self, address: str, port: int) -> int:
         """Serve on `address:port` (0: any free port); returns the port."""
@@ -185,13 +187,16 @@ class NativeHttpServer:
                               self._send_timeout_secs)
         bound = self._core.start(address, port)
         log.info("HTTP: the native core serves %s:%d; routes it forwards go to %s", address, bound, upstream)
+        loop = asyncio.get_running_loop()
         if self._serves_infer:
-            self._loop = asyncio.get_running_loop()
+            self._loop = loop
             self._loop.add_reader(self._core.fileno(), self._drain)
+        self._driver = drive(loop, self._core, self._drain if self._serves_infer else None)
         return bound
 
     def _drain(self) -> None:
-        """One wake-up: every infer call waiting, one task each (none for a call the data plane takes without)."""
+        """One wake-up (or, for a core the loop drives, calls its turn read): every infer call waiting, one task
+        each (none for a call the data plane takes without)."""
         assert self._loop is not None and self._core is not None
         for call in self._core.take():
             work = begin_http_infer(call, self._dp)
@@ -203,11 +208,14 @@ class NativeHttpServer:
 
     async def stop(self, grace: float) -> None:
         """Stop taking requests; those in flight are answered for up to `grace` seconds."""
-        if self._core is not None:
+        if self._driver is not None:
+            await self._driver.stop(grace)
+            self._driver = None
+        elif self._core is not None:
             await asyncio.to_thread(self._core.stop, grace)
-            if self._loop is not None:
-                self._loop.remove_reader(self._core.fileno())
-                self._loop = None
+        if self._core is not None and self._loop is not None:
+            self._loop.remove_reader(self._core.fileno())
+            self._loop = None
         for task in list(self._tasks):
             task.cancel()
         if self._runner is not None:
