@@ -255,6 +255,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="run the peer under SCHED_BATCH (chrt --batch 0), as ours with --thread-policy=batch")
     parser.add_argument("--floor", action="store_true",
                         help="also measure bench.pa.floor (the native core and one loop wake-up, nothing else) over gRPC")
+    parser.add_argument("--floor-threads", type=int, default=1,
+                        help="the floor core's threads (0: driven by the event loop's thread, as "
+                             "--grpc-native-threads=0)")
     parser.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
                         help="the ONNX overhead point (on)")
     parser.add_argument("--neighbor", action="store_true",
@@ -313,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning,
                                                                args.triton_batch, cache if args.cache else ()))
         if args.floor:
-            servers[FLOOR] = stack.enter_context(FloorServer(pinning))
+            servers[FLOOR] = stack.enter_context(FloorServer(pinning, args.floor_threads))
         for name, server in servers.items():
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, FLOOR) else [])]:
@@ -346,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
+        "floor": args.floor, "floor_threads": args.floor_threads, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

@@ -10,7 +10,7 @@ It answers what perf_analyzer asks before and around its runs, for any model nam
 FP32 [16] input INPUT0, one output OUTPUT0, no batching: `add_one_0`'s signature), readiness, and statistics
 (its success count per model, which the benchmark divides the CPU time by).
 
-    python -m bench.pa.floor --grpc-port PORT [--grpc-address 127.0.0.1]
+    python -m bench.pa.floor --grpc-port PORT [--grpc-address 127.0.0.1] [--threads 0]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import uvloop
 from ensemble_runtime import thread_policy
 from ensemble_runtime.protocol._native import Call
 from ensemble_runtime.protocol.native_grpc import new_core
+from ensemble_runtime.protocol.on_loop import drive
 from ensemble_runtime.settings import GrpcConnections
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
@@ -85,8 +86,8 @@ def answers(counted: Counter[str]) -> dict[str, tuple[Callable[[bytes], Any], Ca
 class Floor:
     """The core and the loop's one callback: every call taken is answered in the same wake-up."""
 
-    def __init__(self) -> None:
-        self.core = new_core(64 * 1024 * 1024, [], 1, GrpcConnections())
+    def __init__(self, threads: int = 1) -> None:
+        self.core = new_core(64 * 1024 * 1024, [], threads, GrpcConnections())
         self.counted: Counter[str] = Counter()
         self.routes = answers(self.counted)
 
@@ -116,10 +117,12 @@ class Floor:
         call.reply(respond(request).SerializeToString())
 
 
-async def serve(address: str, port: int) -> None:
-    floor = Floor()
+async def serve(address: str, port: int, threads: int) -> None:
+    floor = Floor(threads)
     floor.core.start(address, port)
-    asyncio.get_running_loop().add_reader(floor.core.fileno(), floor.drain)
+    loop = asyncio.get_running_loop()
+    loop.add_reader(floor.core.fileno(), floor.drain)
+    drive(loop, floor.core, floor.drain)  # threads 0: the loop's thread drives the core, as the runtime's would
     while True:
         await asyncio.sleep(3600)
 
@@ -128,11 +131,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--grpc-address", default="127.0.0.1")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the core's threads (0: the event loop's thread drives it), as --grpc-native-threads")
     parser.add_argument("--thread-policy", choices=thread_policy.CHOICES, default=thread_policy.INHERIT,
                         help="as the runtime's (inherit, its default)")
     args = parser.parse_args(argv)
     thread_policy.apply(args.thread_policy)
-    uvloop.run(serve(args.grpc_address, args.grpc_port))
+    uvloop.run(serve(args.grpc_address, args.grpc_port, args.threads))
 
 
 if __name__ == "__main__":
