@@ -41,6 +41,8 @@ DEFAULT_ALLOWED_FLAGS = (
     "--repository-settle-secs",
     "--event-loop",
     "--thread-policy",
+    "--grpc-native-threads",
+    "--http-native-threads",
     "--grpc-max-message-bytes",
     "--http-max-body-bytes",
     "--http-max-json-bytes",

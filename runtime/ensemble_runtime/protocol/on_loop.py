@@ -6,7 +6,8 @@ runtime's timers (handshake, keepalive, send and body deadlines, a call's grpc-t
 announces: every 10 ms after a tick that found work, backing off to 50 ms while ticks find none (so a timer of an
 idle port fires at most that late; its deadlines are seconds). Within a turn, whenever the core's tasks have
 queued calls, the core calls `take` (the front end's drain) with the GIL: what the data plane answers there at
-once (a fast model, an error) is written in the same turn, with no wake-up of any thread. A turn runs for at most
+once (a fast model, an error) is written in the same turn, with no wake-up of any thread; an answer given on
+another thread (a python model's) is written by that thread while the loop is not turning the core. A turn runs for at most
 2 ms; one that ran out of it is followed by another as soon as the loop's other ready callbacks have run, so a
 burst of work in the core never holds the loop.
 """

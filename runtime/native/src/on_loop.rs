@@ -2,13 +2,15 @@
 //! turns whenever the descriptor of the runtime's I/O driver is readable (and on a short tick, for its timers).
 //! A call is then read, decoded, handed over, answered and written by one thread: at one request in flight no
 //! thread wakes another on the server's side, where a port with its own thread costs three wake-ups a request
-//! (its thread for the request, the loop for the call, its thread again for the answer).
+//! (its thread for the request, the loop for the call, its thread again for the answer). An answer given on
+//! another thread is written by that thread ([`deliver`]) when no turn is in progress.
 //!
 //! tokio offers no way to run a current-thread runtime "until nothing is ready", nor the driver's descriptor:
 //! [`turn`] runs it with a future that completes once the driver, polled without waiting, woke no task (the
 //! run queue's depth: `tokio_unstable` metrics, see `.cargo/config.toml`), and [`driver_fd`] finds the epoll
 //! descriptor whose interest list holds a descriptor the runtime registered (the port's listener).
 
+use std::cell::Cell;
 use std::fs;
 use std::future::Future;
 use std::io::{Error, ErrorKind};
@@ -50,15 +52,48 @@ pub fn turn(
     take: impl FnMut() -> bool + Unpin,
 ) -> Turned {
     let before = polls(runtime);
+    let was = IN_TURN.replace(true);
     let quiet = runtime.block_on(Quiet {
         driven: false,
         until: Instant::now() + budget,
         take,
     });
+    IN_TURN.set(was);
     Turned {
         polls: polls(runtime).wrapping_sub(before),
         quiet,
     }
+}
+
+thread_local! {
+    /// Whether this thread is in a [`turn`]: calls queued then are taken by the turn itself (crate::queue).
+    static IN_TURN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is turning a port the loop drives (its turn takes the calls queued meanwhile).
+pub fn in_turn() -> bool {
+    IN_TURN.get()
+}
+
+/// Sends an answer (`send` hands it to the call's task) given on a thread that is not turning the port, and
+/// runs the port from this thread until the answer is written (at most [`TURN_BUDGET`]), so that no other
+/// thread is woken for it: the event loop's thread between its turns, or a model's thread that answered. A
+/// call the tasks queue meanwhile signals the loop (crate::queue). `None` (the port is being turned, or stopped):
+/// `send` was not called.
+pub fn deliver<S: FnOnce()>(runtime: &tokio::runtime::Runtime, send: S) -> Option<S> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Some(send); // within a runtime (another port's turn): the turn in progress writes it
+    }
+    runtime.block_on(async move {
+        send();
+        Quiet {
+            driven: false,
+            until: Instant::now() + TURN_BUDGET,
+            take: || false,
+        }
+        .await
+    });
+    None
 }
 
 #[cfg(tokio_unstable)]
@@ -245,6 +280,41 @@ mod tests {
             replied.load(Ordering::SeqCst),
             3,
             "answered within the turn ({takes} takes)"
+        );
+    }
+
+    /// An answer delivered from another thread is carried through there: the task waiting for it runs on that
+    /// thread before `deliver` returns; a turn in progress elsewhere (a runtime context) is left to write it.
+    #[cfg(tokio_unstable)]
+    #[test]
+    fn a_delivered_answer_is_carried_by_the_thread_that_gave_it() {
+        let rt = Arc::new(runtime().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let got = Arc::new(std::sync::Mutex::new(None));
+        {
+            let got = got.clone();
+            rt.spawn(async move {
+                *got.lock().unwrap() = Some((rx.await.ok(), std::thread::current().id()));
+            });
+        }
+        turn(&rt, TURN_BUDGET, || false); // the task waits for its answer
+        let answering = std::thread::spawn({
+            let rt = rt.clone();
+            move || {
+                assert!(deliver(&rt, move || {
+                    let _ = tx.send(5);
+                })
+                .is_none());
+                std::thread::current().id()
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(*got.lock().unwrap(), Some((Some(5), answering)));
+        let inside = rt.block_on(async { deliver(&rt, || ()).is_some() });
+        assert!(
+            inside,
+            "within a runtime, the answer is left to the turn in progress"
         );
     }
 

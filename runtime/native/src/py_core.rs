@@ -17,7 +17,7 @@ use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
-use crate::py_serving::{lock, optional_seconds, positive_seconds, Serving};
+use crate::py_serving::{lock, optional_seconds, positive_seconds, Answering, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{Core, Reply, Work, MODEL_INFER};
@@ -100,9 +100,6 @@ impl GrpcCore {
         let core = self.core.clone();
         let in_flight = core.in_flight.clone();
         let limits = self.limits;
-        if self.serving.on_loop() {
-            self.core.queue.unsignalled(); // its turns take the calls (see `turn`)
-        }
         self.serving
             .start(py, address, port, in_flight, move |runtime, listener| {
                 serve(runtime, core, listener, limits)
@@ -165,6 +162,7 @@ impl GrpcCore {
                         payload: Bytes::new(),
                         size,
                         reply: Mutex::new(Some(reply)),
+                        answering: self.serving.answering(),
                     },
                 )?
                 .into_any(),
@@ -180,6 +178,7 @@ impl GrpcCore {
                         size: payload.len(),
                         payload,
                         reply: Mutex::new(Some(reply)),
+                        answering: self.serving.answering(),
                     },
                 )?
                 .into_any(),
@@ -206,13 +205,16 @@ pub struct Call {
     payload: Bytes,
     size: usize,
     reply: Mutex<Option<Reply>>,
+    answering: Answering<()>,
 }
 
 impl Call {
     fn answer(&self, result: Result<Bytes, Status>) -> PyResult<()> {
         match lock(&self.reply).take() {
             Some(reply) => {
-                let _ = reply.send(result); // the client may have gone: nothing to tell it
+                self.answering.send(move || {
+                    let _ = reply.send(result); // the client may have gone: nothing to tell it
+                });
                 Ok(())
             }
             None => Err(PyRuntimeError::new_err("this call was answered already")),
@@ -309,7 +311,10 @@ impl Call {
         // Encoded and sent with the GIL released: the send wakes the core's thread, which then does not wait
         // on the GIL this thread would still hold.
         py.allow_threads(|| {
-            let _ = reply.send(Ok(encode_response(&head, &buffers.slices()))); // the client may have gone
+            let answer = encode_response(&head, &buffers.slices());
+            self.answering.send(move || {
+                let _ = reply.send(Ok(answer)); // the client may have gone
+            });
         });
         drop(buffers);
         Ok(())

@@ -16,7 +16,7 @@ use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
 use crate::py_buffers::Contiguous;
 use crate::py_request::WireBuffer;
-use crate::py_serving::{lock, positive_seconds, Serving};
+use crate::py_serving::{lock, positive_seconds, Answering, Serving};
 
 #[pyclass(
     name = "HttpCore",
@@ -85,9 +85,6 @@ impl PyHttpCore {
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
         let core = self.core.clone();
         let in_flight = core.in_flight.clone();
-        if self.serving.on_loop() {
-            self.core.queue.unsignalled(); // its turns take the calls (see `turn`)
-        }
         self.serving
             .start(py, address, port, in_flight, move |runtime, listener| {
                 serve(runtime, core, listener)
@@ -153,6 +150,7 @@ impl PyHttpCore {
                 body: Py::new(py, WireBuffer::new(body))?,
                 binary,
                 reply: Mutex::new(Some(reply)),
+                answering: self.serving.answering(),
             };
             out.append(Py::new(py, item)?)?;
         }
@@ -178,6 +176,7 @@ pub struct HttpCall {
     body: Py<WireBuffer>,
     binary: Option<BinaryRequest>,
     reply: Mutex<Option<tokio::sync::oneshot::Sender<HttpAnswer>>>,
+    answering: Answering<()>,
 }
 
 #[pymethods]
@@ -241,12 +240,15 @@ impl HttpCall {
         // Joined and sent with the GIL released: the send wakes the core's thread, which then does not wait
         // on the GIL this thread would still hold.
         py.allow_threads(|| {
-            let _ = reply.send(HttpAnswer {
+            let answer = HttpAnswer {
                 status,
                 content_type,
                 header_length,
                 body: parts.joined(&[]),
-            }); // the client may have gone: nothing to tell it
+            };
+            self.answering.send(move || {
+                let _ = reply.send(answer); // the client may have gone: nothing to tell it
+            });
         });
         drop(parts);
         Ok(())
@@ -283,12 +285,15 @@ impl HttpCall {
         };
         py.allow_threads(|| {
             let head = reply_head(&head);
-            let _ = reply.send(HttpAnswer {
+            let answer = HttpAnswer {
                 status: 200,
                 content_type: "application/octet-stream".to_string(),
                 header_length: Some(head.len()),
                 body: buffers.joined(head.as_bytes()),
-            }); // the client may have gone: nothing to tell it
+            };
+            self.answering.send(move || {
+                let _ = reply.send(answer); // the client may have gone: nothing to tell it
+            });
         });
         drop(buffers);
         Ok(true)

@@ -3,7 +3,7 @@
 
 use std::net::{TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -42,7 +42,32 @@ pub struct Serving<T> {
     name: &'static str,
     what: &'static str,
     threads: usize, // 0: the event loop's thread drives the port (crate::on_loop)
-    state: Mutex<Option<Port<T>>>,
+    state: Arc<Mutex<Option<Port<T>>>>,
+}
+
+/// How a call's answer is sent: for a port the loop drives, written by the thread that gives it when the port
+/// is not being turned (`on_loop::deliver`); else handed to the port's threads.
+pub struct Answering<T> {
+    port: Option<Arc<Mutex<Option<Port<T>>>>>,
+}
+
+impl<T> Answering<T> {
+    /// Runs `send` (which hands the answer to the call's task) and sees the answer written.
+    pub fn send(&self, send: impl FnOnce()) {
+        let Some(port) = self.port.as_ref() else {
+            return send();
+        };
+        let unsent = match port.try_lock() {
+            Ok(state) => match state.as_ref() {
+                Some(port) => on_loop::deliver(&port.runtime, send),
+                None => Some(send),
+            },
+            Err(_) => Some(send), // being turned (or stopped): the turn writes it
+        };
+        if let Some(send) = unsent {
+            send();
+        }
+    }
 }
 
 struct Port<T> {
@@ -59,7 +84,14 @@ impl<T: Send + 'static> Serving<T> {
             name,
             what,
             threads,
-            state: Mutex::new(None),
+            state: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// How the answers of the calls taken now are sent (see [`Answering`]).
+    pub fn answering(&self) -> Answering<T> {
+        Answering {
+            port: self.on_loop().then(|| self.state.clone()),
         }
     }
 
@@ -146,15 +178,17 @@ impl<T: Send + 'static> Serving<T> {
     where
         F: FnMut() -> bool + Unpin + Send,
     {
-        let state = lock(&self.state);
-        match state.as_ref() {
-            Some(port) if port.driver.is_some() => {
-                let turned =
-                    py.allow_threads(|| on_loop::turn(&port.runtime, on_loop::TURN_BUDGET, take));
-                (turned.polls, turned.quiet)
+        // The lock is taken with the GIL released: a thread delivering an answer may hold it for a moment.
+        py.allow_threads(|| {
+            let state = lock(&self.state);
+            match state.as_ref() {
+                Some(port) if port.driver.is_some() => {
+                    let turned = on_loop::turn(&port.runtime, on_loop::TURN_BUDGET, take);
+                    (turned.polls, turned.quiet)
+                }
+                _ => (0, true),
             }
-            _ => (0, true),
-        }
+        })
     }
 
     /// Whether the event loop's thread drives this port (it was made with no threads).

@@ -2,8 +2,8 @@
 //! eventfd the asyncio loop watches (`add_reader`): it is written when the queue goes from empty to non-empty, so
 //! a burst of calls wakes the loop once. (An eventfd, not a socket pair: its write and read move a counter, where
 //! a socket's allocate, account and free a buffer on every wake-up, on both sides.)
-//! A port the loop's own thread drives (crate::on_loop) takes its calls from inside its turn: its queue is told
-//! not to signal ([`WakeQueue::unsignalled`]), and the turn asks [`WakeQueue::waiting`] instead.
+//! A port the loop's own thread drives (crate::on_loop) takes the calls queued during its turn from inside the
+//! turn: a push on a thread in a turn does not signal, and the turn asks [`WakeQueue::waiting`] instead.
 
 use std::fs::File;
 use std::io::{Error, ErrorKind, Read, Write};
@@ -15,7 +15,6 @@ pub struct WakeQueue<T> {
     items: Mutex<Vec<T>>,
     signal: File, // the eventfd (closed with the queue)
     waiting: AtomicBool,
-    unsignalled: AtomicBool,
 }
 
 impl<T> WakeQueue<T> {
@@ -30,13 +29,7 @@ impl<T> WakeQueue<T> {
             // SAFETY: `fd` is a fresh descriptor nothing else owns.
             signal: unsafe { File::from_raw_fd(fd) },
             waiting: AtomicBool::new(false),
-            unsignalled: AtomicBool::new(false),
         })
-    }
-
-    /// From now on a push does not write the descriptor: whoever takes the calls asks [`WakeQueue::waiting`].
-    pub fn unsignalled(&self) {
-        self.unsignalled.store(true, Ordering::Relaxed);
     }
 
     /// Whether calls wait (a push since the last take).
@@ -56,7 +49,7 @@ impl<T> WakeQueue<T> {
             self.waiting.store(true, Ordering::Release);
             items.len() == 1
         };
-        if first && !self.unsignalled.load(Ordering::Relaxed) {
+        if first && !crate::on_loop::in_turn() {
             // Fails only when the counter is at its maximum: a wake-up is pending, nothing is lost.
             let _ = (&self.signal).write(&1u64.to_ne_bytes());
         }
@@ -107,16 +100,24 @@ mod tests {
     }
 
     #[test]
-    fn an_unsignalled_queue_says_when_calls_wait() {
-        let queue = WakeQueue::new().unwrap();
-        queue.unsignalled();
+    fn a_push_in_a_turn_does_not_signal() {
+        let queue = std::sync::Arc::new(WakeQueue::new().unwrap());
+        let rt = crate::on_loop::runtime().unwrap();
+        rt.spawn({
+            let queue = queue.clone();
+            async move {
+                queue.push(1);
+                queue.push(2);
+            }
+        });
         assert!(!queue.waiting());
-        queue.push(1);
-        queue.push(2);
+        crate::on_loop::turn(&rt, crate::on_loop::TURN_BUDGET, || false);
         assert!(queue.waiting());
         assert_eq!(wakeups(&queue), 0, "no wake-up written");
         assert_eq!(queue.take(), vec![1, 2]);
         assert!(!queue.waiting());
+        queue.push(3); // not in a turn
+        assert_eq!(wakeups(&queue), 1);
     }
 
     #[test]
