@@ -17,7 +17,7 @@ use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, InferRequestView};
-use crate::py_serving::{lock, optional_seconds, positive_seconds, Answering, Serving};
+use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answering, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{Core, Reply, Work, MODEL_INFER};
@@ -118,18 +118,7 @@ impl GrpcCore {
     /// threads, nothing.
     #[pyo3(signature = (take=None))]
     fn turn(&self, py: Python<'_>, take: Option<Py<PyAny>>) -> (u64, bool) {
-        let queue = &self.core.queue;
-        self.serving.turn(py, move || {
-            let Some(take) = take.as_ref().filter(|_| queue.waiting()) else {
-                return false;
-            };
-            Python::with_gil(|py| {
-                if let Err(error) = take.call0(py) {
-                    error.write_unraisable(py, Some(take.bind(py)));
-                }
-            });
-            true
-        })
+        self.serving.turn(py, taking(&self.core.queue, take))
     }
 
     /// Stops taking connections; calls in flight go on (a core the loop drives: turn it until `finished`).

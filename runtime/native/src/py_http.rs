@@ -16,7 +16,7 @@ use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
 use crate::py_buffers::Contiguous;
 use crate::py_request::WireBuffer;
-use crate::py_serving::{lock, positive_seconds, Answering, Serving};
+use crate::py_serving::{lock, positive_seconds, taking, Answering, Serving};
 
 #[pyclass(
     name = "HttpCore",
@@ -103,18 +103,7 @@ impl PyHttpCore {
     /// threads, nothing.
     #[pyo3(signature = (take=None))]
     fn turn(&self, py: Python<'_>, take: Option<Py<PyAny>>) -> (u64, bool) {
-        let queue = &self.core.queue;
-        self.serving.turn(py, move || {
-            let Some(take) = take.as_ref().filter(|_| queue.waiting()) else {
-                return false;
-            };
-            Python::with_gil(|py| {
-                if let Err(error) = take.call0(py) {
-                    error.write_unraisable(py, Some(take.bind(py)));
-                }
-            });
-            true
-        })
+        self.serving.turn(py, taking(&self.core.queue, take))
     }
 
     /// Stops taking connections; calls in flight go on (a core the loop drives: turn it until `finished`).

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 use crate::idle_policy::{self, InFlight};
 use crate::on_loop;
+use crate::queue::WakeQueue;
 use crate::running::Running;
 
 /// `value` seconds as a duration, or ValueError naming `name` unless it is a positive number of seconds.
@@ -35,6 +36,25 @@ pub fn optional_seconds(name: &str, value: f64) -> PyResult<Option<Duration>> {
 
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A turn's `take` (see `on_loop::turn`) for a port whose calls wait in `queue`: calls Python's `take` with no
+/// arguments, the GIL taken, whenever calls wait (an exception it raises is reported as unraisable).
+pub fn taking<T: Send>(
+    queue: &WakeQueue<T>,
+    take: Option<Py<PyAny>>,
+) -> impl FnMut() -> bool + Unpin + Send + '_ {
+    move || {
+        let Some(take) = take.as_ref().filter(|_| queue.waiting()) else {
+            return false;
+        };
+        Python::with_gil(|py| {
+            if let Err(error) = take.call0(py) {
+                error.write_unraisable(py, Some(take.bind(py)));
+            }
+        });
+        true
+    }
 }
 
 /// One port's runtime and server, while it serves.

@@ -11,10 +11,8 @@ import http.client
 import json
 import os
 import re
-import signal
 import socket
 import stat
-import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator
@@ -23,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sigterm import answered_through_sigterm
 
 LIMIT = 256 * 1024
 JSON_LIMIT = 64 * 1024
@@ -300,33 +298,4 @@ def test_the_apps_socket_is_private_and_removed_at_exit(repository: Path) -> Non
 
 
 def test_sigterm_finishes_an_http_request_in_flight(repository: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "started"
-    proc = RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=py_slow",
-                                         "--exit-timeout-secs=20", "--http-frontend=native"],
-                          env={"SLOW_MODEL_MARKER": str(marker)}).start()
-    proc.wait_model_ready("py_slow")
-    results: list[object] = []
-
-    def call() -> None:
-        client = httpclient.InferenceServerClient(proc.http_url, network_timeout=60)
-        item = httpclient.InferInput("X", [1], "FP32")
-        item.set_data_from_numpy(np.array([7.0], np.float32))
-        try:
-            results.append(client.infer("py_slow", [item]).as_numpy("Y"))
-        except InferenceServerException as exc:
-            results.append(exc)
-        finally:
-            client.close()
-
-    worker = threading.Thread(target=call)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert marker.exists(), proc.log_text()
-    assert proc.proc is not None
-    proc.proc.send_signal(signal.SIGTERM)  # the request is executing now
-    worker.join(30)
-    assert proc.stop() == 0
-    assert len(results) == 1 and not isinstance(results[0], InferenceServerException), results
-    np.testing.assert_array_equal(results[0], [7.0])
+    answered_through_sigterm(repository, tmp_path / "started", "http", ["--http-frontend=native"])

@@ -6,8 +6,6 @@ mode is the suite's own: `ENSEMBLE_TEST_NATIVE_THREADS=0` runs every runtime pro
 from __future__ import annotations
 
 import queue
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.grpc_port import connect
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sigterm import answered_through_sigterm
 from tests.support.sockets import LOADED, wait_closed
 
 ON_LOOP = ["--grpc-frontend=native", "--http-frontend=native", "--grpc-native-threads=0", "--http-native-threads=0"]
@@ -116,34 +115,4 @@ def test_the_cores_timers_fire(on_loop: RuntimeProcess) -> None:
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_sigterm_finishes_a_request_in_flight(repository: Path, tmp_path: Path, protocol: str) -> None:
-    marker = tmp_path / "started"
-    proc = RuntimeProcess([repository], [*ON_LOOP, "--model-control-mode=explicit", "--load-model=py_slow",
-                                         "--exit-timeout-secs=20"], env={"SLOW_MODEL_MARKER": str(marker)}).start()
-    proc.wait_model_ready("py_slow")
-    results: list[object] = []
-
-    def call() -> None:
-        module = grpcclient if protocol == "grpc" else httpclient
-        client = (grpcclient.InferenceServerClient(proc.grpc_url) if protocol == "grpc"
-                  else httpclient.InferenceServerClient(proc.http_url, network_timeout=60))
-        item = module.InferInput("X", [1], "FP32")
-        item.set_data_from_numpy(np.array([7.0], np.float32))
-        try:
-            results.append(client.infer("py_slow", [item]).as_numpy("Y"))
-        except InferenceServerException as exc:
-            results.append(exc)
-        finally:
-            client.close()
-
-    worker = threading.Thread(target=call)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert marker.exists(), proc.log_text()
-    assert proc.proc is not None
-    proc.proc.send_signal(signal.SIGTERM)  # the request is executing now
-    worker.join(30)
-    assert proc.stop() == 0, proc.log_text()
-    assert len(results) == 1 and not isinstance(results[0], InferenceServerException), results
-    np.testing.assert_array_equal(results[0], [7.0])
+    answered_through_sigterm(repository, tmp_path / "started", protocol, ON_LOOP)
