@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +16,12 @@ from tritonclient.utils import InferenceServerException
 from tests.support.runtime_process import RuntimeProcess
 
 
-def answered_through_sigterm(repository: Path, marker: Path, protocol: str, flags: Sequence[str]) -> None:
+def answered_through_sigterm(repository: Path, marker: Path, protocol: str, flags: Sequence[str] = (),
+                             draining: Callable[[RuntimeProcess, float], None] | None = None) -> RuntimeProcess:
     """Serves `py_slow` (from `repository`, which marks its execution's start at `marker`) with `flags`, sends
-    SIGTERM while a request over `protocol` executes, and checks the request's answer and a clean exit."""
+    SIGTERM while a request over `protocol` executes, and checks the request's answer and a clean exit.
+    `draining(proc, deadline)` runs right after the signal, while that request still executes. Returns the
+    stopped process (its log stays readable)."""
     proc = RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=py_slow",
                                          "--exit-timeout-secs=20", *flags],
                           env={"SLOW_MODEL_MARKER": str(marker)}).start()
@@ -46,7 +49,10 @@ def answered_through_sigterm(repository: Path, marker: Path, protocol: str, flag
     assert marker.exists(), proc.log_text()
     assert proc.proc is not None
     proc.proc.send_signal(signal.SIGTERM)  # the request is executing now
+    if draining is not None:
+        draining(proc, deadline)
     worker.join(30)
     assert proc.stop() == 0, proc.log_text()
     assert len(results) == 1 and not isinstance(results[0], InferenceServerException), results
     np.testing.assert_array_equal(results[0], [7.0])
+    return proc

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -15,6 +14,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support.runtime_process import RuntimeProcess
+from tests.support.sigterm import answered_through_sigterm
 
 
 def x_input(value: float = 0.0) -> list[grpcclient.InferInput]:
@@ -71,44 +71,20 @@ def test_metrics_use_triton_names(server: RuntimeProcess) -> None:
 
 
 def test_sigterm_finishes_in_flight_requests(repository: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "started"
-    proc = RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=py_slow",
-                                         "--exit-timeout-secs=20"], env={"SLOW_MODEL_MARKER": str(marker)}).start()
-    proc.wait_model_ready("py_slow")
-    results: list[object] = []
+    refused: list[InferenceServerException] = []
 
-    def call() -> None:
-        with proc.grpc_client() as client:
-            item = grpcclient.InferInput("X", [1], "FP32")
-            item.set_data_from_numpy(np.array([7.0], np.float32))
-            try:
-                results.append(client.infer("py_slow", [item]).as_numpy("Y"))
-            except InferenceServerException as exc:
-                results.append(exc)
+    def a_new_request_is_refused(proc: RuntimeProcess, deadline: float) -> None:
+        """A new request during the drain is refused, not left hanging."""
+        while not refused and time.monotonic() < deadline:
+            with proc.grpc_client() as client:
+                try:
+                    client.is_server_live()
+                    client.infer("py_slow", [grpcclient.InferInput("X", [1], "FP32").set_data_from_numpy(np.zeros(1, np.float32))])
+                except InferenceServerException as exc:
+                    refused.append(exc)
 
-    worker = threading.Thread(target=call)
-    worker.start()
-    deadline = time.monotonic() + 20
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert marker.exists(), proc.log_text()
-    assert proc.proc is not None
-    proc.proc.send_signal(signal.SIGTERM)  # the request is executing now
-    # a new request during the drain is refused, not left hanging
-    refused = None
-    while refused is None and time.monotonic() < deadline:
-        with proc.grpc_client() as client:
-            try:
-                client.is_server_live()
-                client.infer("py_slow", [grpcclient.InferInput("X", [1], "FP32").set_data_from_numpy(np.zeros(1, np.float32))])
-            except InferenceServerException as exc:
-                refused = exc
-    worker.join(20)
-    code = proc.stop()
-    assert code == 0
-    assert len(results) == 1 and not isinstance(results[0], InferenceServerException), results
-    np.testing.assert_array_equal(results[0], [7.0])  # type: ignore[arg-type]
-    assert refused is not None and "shutting down" in refused.message(), refused
+    proc = answered_through_sigterm(repository, tmp_path / "started", "grpc", draining=a_new_request_is_refused)
+    assert refused and "shutting down" in refused[0].message(), refused
     assert "draining" in proc.log_text()
 
 
