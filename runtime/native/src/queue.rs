@@ -15,6 +15,7 @@ pub struct WakeQueue<T> {
     items: Mutex<Vec<T>>,
     signal: File, // the eventfd (closed with the queue)
     waiting: AtomicBool,
+    signalled: AtomicBool, // the eventfd was written since the last take (set after the write)
 }
 
 impl<T> WakeQueue<T> {
@@ -29,6 +30,7 @@ impl<T> WakeQueue<T> {
             // SAFETY: `fd` is a fresh descriptor nothing else owns.
             signal: unsafe { File::from_raw_fd(fd) },
             waiting: AtomicBool::new(false),
+            signalled: AtomicBool::new(false),
         })
     }
 
@@ -52,12 +54,24 @@ impl<T> WakeQueue<T> {
         if first && !crate::on_loop::in_turn() {
             // Fails only when the counter is at its maximum: a wake-up is pending, nothing is lost.
             let _ = (&self.signal).write(&1u64.to_ne_bytes());
+            self.signalled.store(true, Ordering::Release);
         }
     }
 
     /// Everything waiting. The wake-up is consumed first (the counter read resets it), so a call pushed meanwhile
-    /// either comes with this batch or signals afresh (at worst one spurious, empty wake-up).
+    /// either comes with this batch or signals afresh (at worst one spurious, empty wake-up). The counter is read
+    /// only where a push wrote it: a turn's take, which no write preceded, makes no system call for it. (A write
+    /// whose flag this take missed leaves the descriptor readable: the next wake-up's take reads it.)
     pub fn take(&self) -> Vec<T> {
+        if self.signalled.swap(false, Ordering::AcqRel) {
+            self.consume_signal();
+        }
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.store(false, Ordering::Release);
+        std::mem::take(&mut *items)
+    }
+
+    fn consume_signal(&self) {
         let mut count = [0u8; 8];
         loop {
             match (&self.signal).read(&mut count) {
@@ -65,9 +79,6 @@ impl<T> WakeQueue<T> {
                 _ => break, // read (reset), or WouldBlock: nothing was signalled
             }
         }
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
-        self.waiting.store(false, Ordering::Release);
-        std::mem::take(&mut *items)
     }
 }
 
@@ -118,6 +129,24 @@ mod tests {
         assert!(!queue.waiting());
         queue.push(3); // not in a turn
         assert_eq!(wakeups(&queue), 1);
+    }
+
+    #[test]
+    fn a_take_no_push_signalled_reads_nothing() {
+        let queue = WakeQueue::new().unwrap();
+        queue.push(1);
+        assert_eq!(queue.take(), vec![1]);
+        // a push's write whose flag is not set yet (its thread between the two): the take leaves it readable
+        let _ = (&queue.signal).write(&1u64.to_ne_bytes());
+        assert!(queue.take().is_empty());
+        assert_eq!(
+            wakeups(&queue),
+            1,
+            "the descriptor stays readable for the next wake-up"
+        );
+        queue.push(2);
+        assert_eq!(queue.take(), vec![2]);
+        assert_eq!(wakeups(&queue), 0, "a signalled take consumes it");
     }
 
     #[test]
