@@ -37,6 +37,7 @@ mod py_buffers;
 mod py_core;
 #[cfg(feature = "python")]
 mod py_http;
+mod py_http_binary;
 #[cfg(feature = "python")]
 mod py_request;
 #[cfg(feature = "python")]
@@ -52,10 +53,19 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add_class::<py_core::Call>()?;
     module.add_class::<py_http::PyHttpCore>()?;
     module.add_class::<py_http::HttpCall>()?;
-    module.add_class::<py_http::BinaryInfer>()?;
-    module.add_function(pyo3::wrap_pyfunction!(py_http::binary_infer, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(py_http::binary_reply_head, module)?)?;
-    module.add_function(pyo3::wrap_pyfunction!(py_http::answer_coding, module)?)?;
+    module.add_class::<py_http_binary::BinaryInfer>()?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        py_http_binary::binary_infer,
+        module
+    )?)?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        py_http_binary::binary_reply_head,
+        module
+    )?)?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        py_http_binary::answer_coding,
+        module
+    )?)?;
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_stream::StreamWritable>()?;

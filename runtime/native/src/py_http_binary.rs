@@ -1,0 +1,155 @@
+//! Triton's binary extension for Python, the parts the HTTP core's calls and the Python app share: the view of
+//! an infer body the core read (`BinaryInfer`, `binary_infer`), the JSON header of a binary answer
+//! (`binary_reply_head`), and the coding an answer takes (`answer_coding`).
+
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+
+use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
+use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
+use crate::py_request::WireBuffer;
+
+/// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
+/// parameters (without `binary_data_output`, which is `binary_default`), each input as (name, datatype,
+/// shape, its bytes of the body), and the outputs requested, name -> parameters, in order.
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
+pub struct BinaryInfer {
+    id: String,
+    parameters: Py<PyDict>,
+    binary_default: bool,
+    inputs: Py<PyList>,
+    outputs: Py<PyDict>,
+}
+
+fn params_dict(py: Python<'_>, parameters: &Params) -> PyResult<Py<PyDict>> {
+    let out = PyDict::new(py);
+    for (key, value) in parameters {
+        match value {
+            Scalar::Bool(v) => out.set_item(key, v)?,
+            Scalar::Int(v) => out.set_item(key, v)?,
+            Scalar::Uint(v) => out.set_item(key, v)?,
+            Scalar::Float(v) => out.set_item(key, v)?,
+            Scalar::Str(v) => out.set_item(key, v)?,
+        }
+    }
+    Ok(out.unbind())
+}
+
+pub(crate) fn binary_view(py: Python<'_>, request: &BinaryRequest) -> PyResult<Py<BinaryInfer>> {
+    let inputs = PyList::empty(py);
+    for input in &request.inputs {
+        let item = (
+            &input.name,
+            &input.datatype,
+            PyTuple::new(py, &input.shape)?,
+            Py::new(py, WireBuffer::new(input.data.clone()))?,
+        );
+        inputs.append(item)?;
+    }
+    let outputs = PyDict::new(py);
+    for output in &request.outputs {
+        outputs.set_item(&output.name, params_dict(py, &output.parameters)?)?;
+    }
+    let view = BinaryInfer {
+        id: request.id.clone(),
+        parameters: params_dict(py, &request.parameters)?,
+        binary_default: request.binary_default,
+        inputs: inputs.unbind(),
+        outputs: outputs.unbind(),
+    };
+    Py::new(py, view)
+}
+
+/// What the core reads from an infer body (`header_length`: the `Inference-Header-Content-Length` as sent),
+/// or None where it leaves the body to Python; as `HttpCall.binary`.
+#[pyfunction]
+#[pyo3(signature = (header_length, body))]
+pub fn binary_infer(
+    py: Python<'_>,
+    header_length: Option<&str>,
+    body: &[u8],
+) -> PyResult<Option<Py<BinaryInfer>>> {
+    let body = Bytes::copy_from_slice(body);
+    binary_request(header_length, &body)
+        .map(|request| binary_view(py, &request))
+        .transpose()
+}
+
+fn text(s: &Bound<'_, PyString>) -> Option<String> {
+    s.to_str().ok().map(str::to_owned)
+}
+
+/// A parameter value as Python's `json` writes it, when it is one written here exactly.
+fn reply_value(value: &Bound<'_, PyAny>) -> Option<ReplyValue> {
+    if let Ok(b) = value.downcast_exact::<PyBool>() {
+        return Some(ReplyValue::Bool(b.is_true()));
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<i64>() {
+            return Some(ReplyValue::Int(n));
+        }
+        return value.extract::<u64>().ok().map(ReplyValue::Uint);
+    }
+    value
+        .downcast_exact::<PyString>()
+        .ok()
+        .and_then(text)
+        .map(ReplyValue::Str)
+}
+
+pub(crate) fn head_of<'a, 'py: 'a>(
+    model_name: &Bound<'py, PyString>,
+    model_version: &Bound<'py, PyString>,
+    id: &Bound<'py, PyString>,
+    parameters: &Bound<'py, PyDict>,
+    outputs: impl Iterator<Item = (&'a Bound<'py, PyString>, &'a String, &'a Vec<i64>, usize)>,
+) -> Option<ReplyHead> {
+    let mut params = Vec::with_capacity(parameters.len());
+    for (key, value) in parameters.iter() {
+        let key = key.downcast_exact::<PyString>().ok().and_then(text)?;
+        params.push((key, reply_value(&value)?));
+    }
+    let mut tensors = Vec::new();
+    for (name, datatype, shape, size) in outputs {
+        tensors.push(ReplyOutput {
+            name: text(name)?,
+            datatype: datatype.clone(),
+            shape: shape.clone(),
+            size,
+        });
+    }
+    Some(ReplyHead {
+        model_name: text(model_name)?,
+        model_version: text(model_version)?,
+        id: text(id)?,
+        parameters: params,
+        outputs: tensors,
+    })
+}
+
+/// The JSON header `HttpCall.reply_binary` writes for these values (`outputs`: name, datatype, shape, size of
+/// the data), or None where it leaves the answer to the Python encoder.
+#[pyfunction]
+#[pyo3(signature = (model_name, model_version, id, parameters, outputs))]
+pub fn binary_reply_head<'py>(
+    py: Python<'py>,
+    model_name: &Bound<'py, PyString>,
+    model_version: &Bound<'py, PyString>,
+    id: &Bound<'py, PyString>,
+    parameters: &Bound<'py, PyDict>,
+    outputs: Vec<(Bound<'py, PyString>, String, Vec<i64>, usize)>,
+) -> Option<Bound<'py, PyBytes>> {
+    let sized = outputs
+        .iter()
+        .map(|(name, datatype, shape, size)| (name, datatype, shape, *size));
+    let head = head_of(model_name, model_version, id, parameters, sized)?;
+    Some(PyBytes::new(py, reply_head(&head).as_bytes()))
+}
+
+/// The coding (`"gzip"` or `"deflate"`) for an infer answer to a request with this `Accept-Encoding`, or None:
+/// the core's rule (`http_coding::answer_coding`), for the Python app's answers too.
+#[pyfunction]
+pub fn answer_coding(accept_encoding: &str) -> Option<&'static str> {
+    crate::http_coding::answer_coding([accept_encoding.as_bytes()]).map(|coding| coding.name())
+}
