@@ -18,6 +18,7 @@ from aiohttp import web
 
 from ensemble_runtime.backends.base import Backend
 from ensemble_runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
+from ensemble_runtime.backends.ort_options import usable_cpus
 from ensemble_runtime.backends.python.backend import PythonBackend
 from ensemble_runtime.backends.tensorrt_backend import TensorRTBackend
 from ensemble_runtime.config.config_files import ConfigFiles
@@ -46,7 +47,7 @@ from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.response_cache import ResponseCache
 from ensemble_runtime.response_caching import Caching
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings, native_threads
 from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.traces import TraceControl
 from ensemble_runtime.tracing import Tracing
@@ -158,13 +159,16 @@ class Server:
     def dataplane(self) -> DataPlane:
         return self.planes.data
 
+    def _cpus(self) -> int:
+        return usable_cpus(len(os.sched_getaffinity(0)), self.settings.cpus)
+
     async def start(self) -> None:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
             self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
                                                  s.grpc_max_message_bytes, s.grpc_restrictions(),
-                                                 threads=s.grpc_native_threads,
+                                                 threads=native_threads(s.grpc_native_threads, self._cpus()),
                                                  stream_limit=s.grpc_stream_max_in_flight,
                                                  connections=s.grpc_connections(), logs=self.logs)
             self._native_grpc.start(s.grpc_address, s.grpc_port)
@@ -182,7 +186,8 @@ class Server:
             )
             if s.http_frontend == HttpFrontend.NATIVE:
                 self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
-                                                     s.http_restrictions(), threads=s.http_native_threads,
+                                                     s.http_restrictions(),
+                                                     threads=native_threads(s.http_native_threads, self._cpus()),
                                                      body_timeout_secs=s.http_body_timeout_secs,
                                                      max_connections=s.http_max_connections,
                                                      send_timeout_secs=s.http_send_timeout_secs)

@@ -80,7 +80,7 @@ class RuntimeSettings(BaseModel):
     grpc_max_message_bytes: int = 256 * 1024 * 1024
     grpc_stream_max_in_flight: int = 64
     grpc_frontend: GrpcFrontend = GrpcFrontend.NATIVE
-    grpc_native_threads: int = Field(default=1, ge=0)  # 0: the event loop's thread drives the core
+    grpc_native_threads: int | None = Field(default=None, ge=0)  # None: native_threads() decides
     grpc_handshake_timeout_secs: PositiveFloat = GrpcConnections().handshake_secs
     grpc_keepalive_time: PositiveInt = GrpcConnections().keepalive_time_ms
     grpc_keepalive_timeout: PositiveInt = GrpcConnections().keepalive_timeout_ms
@@ -92,7 +92,7 @@ class RuntimeSettings(BaseModel):
     grpc_max_connection_age_secs: int = Field(default=0, ge=0, lt=2**31)
     grpc_max_connection_age_grace_secs: int = Field(default=0, ge=0, lt=2**31)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
-    http_native_threads: int = Field(default=1, ge=0)
+    http_native_threads: int | None = Field(default=None, ge=0)
     http_max_body_bytes: int = 256 * 1024 * 1024
     http_max_json_bytes: int = 8 * 1024 * 1024
     http_body_timeout_secs: PositiveFloat = 30.0  # the grace a body has past its headers (native HTTP core)
@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "server")
     p.add_argument("--grpc-native-threads", type=_non_negative,
                    help="threads of the native gRPC core (--grpc-frontend=native); 0: none, the event loop's "
-                        "thread drives it (no hand-off between threads per request); default 1")
+                        "thread drives it (no hand-off between threads per request); default: 0 where the runtime "
+                        "has one CPU (its affinity, or --cpus), else 1")
     p.add_argument("--grpc-handshake-timeout-secs", type=_positive(float),
                    help="a gRPC connection that has not opened HTTP/2 (the preface and its SETTINGS) this long after "
                         "it was accepted is closed (grpc core's server handshake timeout; Triton's: 120)")
@@ -268,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "Unix socket), or aiohttp's server for all of it")
     p.add_argument("--http-native-threads", type=_non_negative,
                    help="threads of the native HTTP core (--http-frontend=native); 0: none, the event loop's "
-                        "thread drives it; default 1")
+                        "thread drives it; default as --grpc-native-threads")
     p.add_argument("--http-max-body-bytes", type=int,
                    help="largest HTTP request body (after inflating a compressed one); larger: 413")
     p.add_argument("--http-body-timeout-secs", type=_positive(float),
@@ -346,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "preempt the one handing it over (for CPUs of its own: a busy neighbour on the same CPU "
                         "delays a wake-up by up to a scheduler tick while calls are in flight)")
     return p
+
+
+def native_threads(configured: int | None, usable_cpus: int) -> int:
+    """A native core's threads: as configured, else none (the event loop's thread drives the core) where the
+    runtime has one CPU to run on, so that no request is handed between threads that take turns on it; else one,
+    which decodes and encodes beside the loop."""
+    if configured is not None:
+        return configured
+    return 0 if usable_cpus <= 1 else 1
 
 
 def _non_negative(text: str) -> int:

@@ -37,6 +37,7 @@ mod py_buffers;
 mod py_core;
 #[cfg(feature = "python")]
 mod py_http;
+#[cfg(feature = "python")]
 mod py_http_binary;
 #[cfg(feature = "python")]
 mod py_request;

@@ -5,6 +5,8 @@ mode is the suite's own: `ENSEMBLE_TEST_NATIVE_THREADS=0` runs every runtime pro
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import time
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support.grpc_port import connect
-from tests.support.runtime_process import RuntimeProcess
+from tests.support.runtime_process import NATIVE_THREADS_ENV, RuntimeProcess
 from tests.support.sigterm import answered_through_sigterm
 from tests.support.sockets import LOADED, wait_closed
 
@@ -58,6 +60,38 @@ def test_no_core_thread_serves_the_ports(on_loop: RuntimeProcess) -> None:
     names = _threads(on_loop)
     assert "grpc-core" not in names, names
     assert names.count("http-core") == 1, names  # the metrics port's core keeps its thread
+
+
+@contextlib.contextmanager
+def _on_cpus(cpus: set[int]) -> Iterator[None]:
+    """This thread (and so the processes it starts) on `cpus` only, for a while."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: a runtime with one and one with two")
+@pytest.mark.skipif(bool(os.environ.get(NATIVE_THREADS_ENV)), reason=f"{NATIVE_THREADS_ENV} sets the cores' threads")
+@pytest.mark.parametrize("limit", ["affinity", "--cpus"])
+def test_by_default_the_cores_run_on_the_loop_where_the_runtime_has_one_cpu(repository: Path, limit: str) -> None:
+    """One CPU by affinity (taskset, a static CPU manager) or by --cpus (the container's CPU limit, which the
+    operator passes): no core thread; two CPUs: the cores have theirs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    one = _on_cpus({cpus[0]}) if limit == "affinity" else contextlib.nullcontext()
+    flags = ["--strict-readiness=false", *(["--cpus=1"] if limit == "--cpus" else [])]
+    with one, RuntimeProcess([repository], flags) as proc:
+        proc.wait_ready()
+        names = _threads(proc)
+        assert "grpc-core" not in names and names.count("http-core") == 1, names
+        with grpcclient.InferenceServerClient(proc.grpc_url) as client:
+            assert client.is_server_live()
+    with RuntimeProcess([repository], ["--strict-readiness=false", "--cpus=2"]) as proc:
+        proc.wait_ready()
+        names = _threads(proc)
+        assert "grpc-core" in names and names.count("http-core") >= 2, names
 
 
 @pytest.mark.parametrize(("model", "shape"), [("add_sub", (1, 16)), ("py_add_sub", (4,))])

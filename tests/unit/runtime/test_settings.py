@@ -11,6 +11,7 @@ from ensemble_runtime.settings import (
     GrpcFrontend,
     HttpFrontend,
     RuntimeSettings,
+    native_threads,
     parse_settings,
 )
 
@@ -103,11 +104,13 @@ def test_grpc_connection_flags_must_be_positive(argv: list[str], capsys: pytest.
     assert argv[0].split("=")[0] in capsys.readouterr().err
 
 
-def test_native_cores_have_a_thread_unless_told_none() -> None:
+def test_native_cores_run_on_the_loop_by_default_with_one_cpu_only() -> None:
     settings = RuntimeSettings()
-    assert settings.grpc_native_threads == 1 and settings.http_native_threads == 1
-    on_loop = parse_settings(["--grpc-native-threads=0", "--http-native-threads=0"])
-    assert on_loop.grpc_native_threads == 0 and on_loop.http_native_threads == 0
+    assert settings.grpc_native_threads is None and settings.http_native_threads is None
+    assert native_threads(None, 1) == 0  # one CPU: the event loop's thread drives the core
+    assert native_threads(None, 2) == 1 and native_threads(None, 64) == 1
+    assert native_threads(3, 1) == 3 and native_threads(0, 8) == 0  # as configured
+    assert parse_settings(["--grpc-native-threads=0", "--http-native-threads=0"]).grpc_native_threads == 0
     for flag in ("--grpc-native-threads=-1", "--http-native-threads=one"):
         with pytest.raises(SystemExit):
             parse_settings([flag])
