@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.cpus import pinned
 from tests.support.grpc_port import connect
 from tests.support.runtime_process import NATIVE_THREADS_ENV, RuntimeProcess
 from tests.support.sigterm import answered_through_sigterm
@@ -62,17 +63,6 @@ def test_no_core_thread_serves_the_ports(on_loop: RuntimeProcess) -> None:
     assert names.count("http-core") == 1, names  # the metrics port's core keeps its thread
 
 
-@contextlib.contextmanager
-def _on_cpus(cpus: set[int]) -> Iterator[None]:
-    """This thread (and so the processes it starts) on `cpus` only, for a while."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: a runtime with one and one with two")
 @pytest.mark.skipif(bool(os.environ.get(NATIVE_THREADS_ENV)), reason=f"{NATIVE_THREADS_ENV} sets the cores' threads")
 @pytest.mark.parametrize("limit", ["affinity", "--cpus"])
@@ -80,7 +70,7 @@ def test_by_default_the_cores_run_on_the_loop_where_the_runtime_has_one_cpu(repo
     """One CPU by affinity (taskset, a static CPU manager) or by --cpus (the container's CPU limit, which the
     operator passes): no core thread; two CPUs: the cores have theirs."""
     cpus = sorted(os.sched_getaffinity(0))
-    one = _on_cpus({cpus[0]}) if limit == "affinity" else contextlib.nullcontext()
+    one = pinned({cpus[0]}) if limit == "affinity" else contextlib.nullcontext()
     flags = ["--strict-readiness=false", *(["--cpus=1"] if limit == "--cpus" else [])]
     with one, RuntimeProcess([repository], flags) as proc:
         proc.wait_ready()

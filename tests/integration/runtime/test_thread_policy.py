@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.support.cpus import pinned as pinned_to
 from tests.support.runtime_process import RuntimeProcess
 
 
@@ -164,23 +164,12 @@ def _wait_file(path: Path, deadline: float) -> None:
         time.sleep(0.01)
 
 
-@contextlib.contextmanager
-def _pinned(cpus: set[int]) -> Iterator[None]:
-    """This thread (and so the processes it starts) on `cpus` only, for a while."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 def test_every_thread_stays_on_the_cpus_it_was_started_on(repository: Path) -> None:
     available = sorted(os.sched_getaffinity(0))
     if len(available) < 2:
         pytest.skip("needs two CPUs: one to start the runtime on, one it must not reach")
     pinned = {available[0]}
-    with _pinned(pinned), RuntimeProcess([repository], ["--strict-readiness=false"]) as proc:
+    with pinned_to(pinned), RuntimeProcess([repository], ["--strict-readiness=false"]) as proc:
         proc.wait_model_ready("py_add_sub")
         proc.wait_model_ready("add_sub")
         _serve_a_little(proc)  # ONNX Runtime's threads start at its session's first run at the latest
