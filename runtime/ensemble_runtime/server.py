@@ -34,6 +34,7 @@ from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import SERVER_METRIC_NAMES, build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
+from ensemble_runtime.protocol._native import ON_LOOP
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
@@ -159,8 +160,8 @@ class Server:
     def dataplane(self) -> DataPlane:
         return self.planes.data
 
-    def _cpus(self) -> int:
-        return usable_cpus(len(os.sched_getaffinity(0)), self.settings.cpus)
+    def _core_threads(self, configured: int | None) -> int:
+        return native_threads(configured, usable_cpus(len(os.sched_getaffinity(0)), self.settings.cpus), ON_LOOP)
 
     async def start(self) -> None:
         s = self.settings
@@ -168,7 +169,7 @@ class Server:
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
             self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
                                                  s.grpc_max_message_bytes, s.grpc_restrictions(),
-                                                 threads=native_threads(s.grpc_native_threads, self._cpus()),
+                                                 threads=self._core_threads(s.grpc_native_threads),
                                                  stream_limit=s.grpc_stream_max_in_flight,
                                                  connections=s.grpc_connections(), logs=self.logs)
             self._native_grpc.start(s.grpc_address, s.grpc_port)
@@ -187,7 +188,7 @@ class Server:
             if s.http_frontend == HttpFrontend.NATIVE:
                 self._native_http = NativeHttpServer(self.dataplane, app, s.http_max_body_bytes, s.http_max_json_bytes,
                                                      s.http_restrictions(),
-                                                     threads=native_threads(s.http_native_threads, self._cpus()),
+                                                     threads=self._core_threads(s.http_native_threads),
                                                      body_timeout_secs=s.http_body_timeout_secs,
                                                      max_connections=s.http_max_connections,
                                                      send_timeout_secs=s.http_send_timeout_secs)

@@ -7,6 +7,7 @@ from numpy.typing import NDArray
 
 ParamValue = bool | int | float | str
 OutputPayload = tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]  # data: C-contiguous bytes
+ON_LOOP: bool  # whether a core can have no threads (0), driven by the event loop's thread: a tokio_unstable build
 
 @final
 class WireBuffer:

@@ -50,6 +50,8 @@ mod py_stream;
 #[pyo3::pymodule]
 fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::types::PyModuleMethods;
+    // whether a port can have no threads, driven by the event loop's thread (a build with tokio_unstable)
+    module.add("ON_LOOP", on_loop::AVAILABLE)?;
     module.add_class::<py_core::GrpcCore>()?;
     module.add_class::<py_core::Call>()?;
     module.add_class::<py_http::PyHttpCore>()?;

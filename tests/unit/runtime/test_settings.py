@@ -110,6 +110,7 @@ def test_native_cores_run_on_the_loop_by_default_with_one_cpu_only() -> None:
     assert native_threads(None, 1) == 0  # one CPU: the event loop's thread drives the core
     assert native_threads(None, 2) == 1 and native_threads(None, 64) == 1
     assert native_threads(3, 1) == 3 and native_threads(0, 8) == 0  # as configured
+    assert native_threads(None, 1, on_loop=False) == 1  # a build whose core cannot run on the loop
     assert parse_settings(["--grpc-native-threads=0", "--http-native-threads=0"]).grpc_native_threads == 0
     for flag in ("--grpc-native-threads=-1", "--http-native-threads=one"):
         with pytest.raises(SystemExit):
