@@ -34,12 +34,12 @@ from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import SERVER_METRIC_NAMES, build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
-from ensemble_runtime.protocol._native import ON_LOOP
 from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
 from ensemble_runtime.protocol.native_http import NativeHttpServer
+from ensemble_runtime.protocol.on_loop import ON_LOOP
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings

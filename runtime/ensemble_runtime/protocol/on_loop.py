@@ -19,6 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from ensemble_runtime.protocol._native import ON_LOOP as ON_LOOP  # whether this build's cores can run on the loop
+
 log = logging.getLogger(__name__)
 TICK_SECS = 0.01  # the tick for the core's timers, after a tick that found work
 IDLE_TICK_SECS = 0.05  # at most this while ticks find none
