@@ -39,7 +39,7 @@ from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
 from ensemble_runtime.protocol.native_http import NativeHttpServer
-from ensemble_runtime.protocol.on_loop import ON_LOOP
+from ensemble_runtime.protocol.on_loop import ON_LOOP, native_threads
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
@@ -48,7 +48,7 @@ from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.response_cache import ResponseCache
 from ensemble_runtime.response_caching import Caching
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings, native_threads
+from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
 from ensemble_runtime.traces import TraceControl
 from ensemble_runtime.tracing import Tracing

@@ -349,16 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def native_threads(configured: int | None, usable_cpus: int, on_loop: bool = True) -> int:
-    """A native core's threads: as configured, else none (the event loop's thread drives the core) where the
-    runtime has one CPU to run on, so that no request is handed between threads that take turns on it; else one,
-    which decodes and encodes beside the loop. `on_loop`: whether this build of the core can run with none (else
-    the default is one thread, and an explicit 0 is refused by the core with its reason)."""
-    if configured is not None:
-        return configured
-    return 0 if usable_cpus <= 1 and on_loop else 1
-
-
 def _non_negative(text: str) -> int:
     try:
         value = int(text)

@@ -26,6 +26,16 @@ TICK_SECS = 0.01  # the tick for the core's timers, after a tick that found work
 IDLE_TICK_SECS = 0.05  # at most this while ticks find none
 
 
+def native_threads(configured: int | None, usable_cpus: int, on_loop: bool = True) -> int:
+    """A native core's threads: as configured, else none (the event loop's thread drives the core) where the
+    runtime has one CPU to run on, so that no request is handed between threads that take turns on it; else one,
+    which decodes and encodes beside the loop. `on_loop`: whether this build of the core can run with none (else
+    the default is one thread, and an explicit 0 is refused by the core with its reason)."""
+    if configured is not None:
+        return configured
+    return 0 if usable_cpus <= 1 and on_loop else 1
+
+
 class DrivenCore(Protocol):
     def driver_fd(self) -> int | None: ...
     def turn(self, take: Callable[[], object] | None = None) -> tuple[int, bool]: ...

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ensemble_runtime.protocol.on_loop import native_threads
 from ensemble_runtime.settings import (
     ControlMode,
     GrpcConnections,
     GrpcFrontend,
     HttpFrontend,
     RuntimeSettings,
-    native_threads,
     parse_settings,
 )
 
