@@ -60,10 +60,12 @@ impl<T> WakeQueue<T> {
 
     /// Everything waiting. The wake-up is consumed first (the counter read resets it), so a call pushed meanwhile
     /// either comes with this batch or signals afresh (at worst one spurious, empty wake-up). The counter is read
-    /// only where a push wrote it: a turn's take, which no write preceded, makes no system call for it. (A write
-    /// whose flag this take missed leaves the descriptor readable: the next wake-up's take reads it.)
+    /// where a push wrote it or where nothing waits: a turn's take, which no write preceded, makes no system call
+    /// for it. A write whose flag this take missed (its thread between the two) leaves the descriptor readable;
+    /// the take that wake-up brings finds nothing waiting and reads it, so the loop is not woken again and again
+    /// until that thread runs.
     pub fn take(&self) -> Vec<T> {
-        if self.signalled.swap(false, Ordering::AcqRel) {
+        if self.signalled.swap(false, Ordering::AcqRel) || !self.waiting() {
             self.consume_signal();
         }
         let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,21 +134,34 @@ mod tests {
     }
 
     #[test]
-    fn a_take_no_push_signalled_reads_nothing() {
+    fn a_wake_up_whose_flag_is_late_is_consumed_by_the_empty_take_it_brings() {
         let queue = WakeQueue::new().unwrap();
-        queue.push(1);
-        assert_eq!(queue.take(), vec![1]);
-        // a push's write whose flag is not set yet (its thread between the two): the take leaves it readable
+        // a push's write, its thread not yet at the flag; a take then drains the call without reading the counter
+        queue.items.lock().unwrap().push(1);
+        queue.waiting.store(true, Ordering::Release);
         let _ = (&queue.signal).write(&1u64.to_ne_bytes());
+        assert_eq!(queue.take(), vec![1]);
+        // the descriptor is still readable: the loop wakes, and that take finds nothing and reads the counter
         assert!(queue.take().is_empty());
         assert_eq!(
             wakeups(&queue),
-            1,
-            "the descriptor stays readable for the next wake-up"
+            0,
+            "the loop is not woken again while the pusher is away"
         );
+        queue.signalled.store(true, Ordering::Release); // the pusher's flag, late
         queue.push(2);
         assert_eq!(queue.take(), vec![2]);
         assert_eq!(wakeups(&queue), 0, "a signalled take consumes it");
+    }
+
+    #[test]
+    fn a_take_with_calls_waiting_and_no_write_reads_nothing() {
+        let queue = WakeQueue::new().unwrap();
+        queue.items.lock().unwrap().push(1); // as a push in a turn: no write
+        queue.waiting.store(true, Ordering::Release);
+        let _ = (&queue.signal).write(&1u64.to_ne_bytes()); // a write this take cannot know of
+        assert_eq!(queue.take(), vec![1]);
+        assert_eq!(wakeups(&queue), 1, "no read: the counter is as it was");
     }
 
     #[test]

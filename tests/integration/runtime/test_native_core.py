@@ -105,7 +105,9 @@ async def test_forwarded_bytes_and_statuses(
         with pytest.raises(grpc.RpcError) as refused:
             await asyncio.to_thread(restricted, b"\xff", timeout=30)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert batches.empty()  # refused in the core: Python never saw it
+        arrived = [batches.get_nowait() for _ in range(batches.qsize())]
+        # refused in the core: Python never saw it (at most one empty wake-up, from the call before, is allowed)
+        assert len(arrived) <= 1 and not any(arrived), arrived
         allowed = asyncio.ensure_future(asyncio.to_thread(restricted, b"", timeout=30, metadata=((HEADER, "v"),)))
         call = await _next_call(batches)
         call.reply(b"")
