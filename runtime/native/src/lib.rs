@@ -30,6 +30,7 @@ pub mod running;
 pub mod send_bound;
 pub mod service;
 pub mod stream;
+pub mod unanswered;
 
 #[cfg(feature = "python")]
 mod py_buffers;

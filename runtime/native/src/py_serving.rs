@@ -3,6 +3,7 @@
 
 use std::net::{TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::idle_policy::{self, InFlight};
 use crate::on_loop;
 use crate::queue::WakeQueue;
 use crate::running::Running;
+use crate::unanswered::Unanswered;
 
 /// `value` seconds as a duration, or ValueError naming `name` unless it is a positive number of seconds.
 pub fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
@@ -62,21 +64,28 @@ pub struct Serving<T> {
     name: &'static str,
     what: &'static str,
     threads: usize, // 0: the event loop's thread drives the port (crate::on_loop)
-    state: Arc<Mutex<Option<Port<T>>>>,
+    state: SharedPort<T>,
+    unanswered: Arc<AtomicUsize>, // a port the loop drives: its calls taken and not answered (Answering)
 }
 
 /// How a call's answer is sent: for a port the loop drives, written by the thread that gives it when the port
-/// is not being turned (`on_loop::deliver`); else handed to the port's threads.
+/// is not being turned and no other of the port's calls awaits its answer (`on_loop::deliver`); else handed to
+/// the port's runtime, whose turn on the loop writes it (with the others' answers) or to the port's threads.
+/// (With others in flight the loop turns the port soon anyway; a model's thread that wrote each answer itself
+/// would take the port from the loop, one write per answer, and leave its next request waiting.)
 pub struct Answering<T> {
-    port: Option<Arc<Mutex<Option<Port<T>>>>>,
+    port: Option<(SharedPort<T>, Unanswered)>,
 }
 
 impl<T> Answering<T> {
     /// Runs `send` (which hands the answer to the call's task) and sees the answer written.
     pub fn send(&self, send: impl FnOnce()) {
-        let Some(port) = self.port.as_ref() else {
+        let Some((port, unanswered)) = self.port.as_ref() else {
             return send();
         };
+        if unanswered.answer() > 0 {
+            return send(); // others await answers: the loop's next turn writes this one with theirs
+        }
         let unsent = match port.try_lock() {
             Ok(state) => match state.as_ref() {
                 Some(port) => on_loop::deliver(&port.runtime, send),
@@ -89,6 +98,9 @@ impl<T> Answering<T> {
         }
     }
 }
+
+/// A port while it serves (None before and after), shared by its calls' answers.
+type SharedPort<T> = Arc<Mutex<Option<Port<T>>>>;
 
 struct Port<T> {
     runtime: tokio::runtime::Runtime,
@@ -105,13 +117,16 @@ impl<T: Send + 'static> Serving<T> {
             what,
             threads,
             state: Arc::new(Mutex::new(None)),
+            unanswered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// How the answers of the calls taken now are sent (see [`Answering`]).
     pub fn answering(&self) -> Answering<T> {
         Answering {
-            port: self.on_loop().then(|| self.state.clone()),
+            port: self
+                .on_loop()
+                .then(|| (self.state.clone(), Unanswered::new(&self.unanswered))),
         }
     }
 
