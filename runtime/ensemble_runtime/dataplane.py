@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ensemble_runtime import __version__, classification
+from ensemble_runtime.admitted import Admitted, Parameters
 from ensemble_runtime.backends.handoff import Deferred
 from ensemble_runtime.ensemble.executor import EnsembleRun
 from ensemble_runtime.ensemble_tasks import infer_ensemble
 from ensemble_runtime.errors import (
     ErrorCode,
     InferenceError,
-    ResponseError,
-    failure_reason,
     internal,
     not_found,
     quote_name,
@@ -34,7 +33,6 @@ from ensemble_runtime.inference import (
     InferRequest,
     InferResponse,
     Tensor,
-    batch_size_of,
 )
 from ensemble_runtime.model_manager import ModelManager
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, Registry, parse_version
@@ -65,18 +63,6 @@ EXTENSIONS = (
 
 # Where `infer_then` hands a request's response, or its error, on the thread that ran it.
 Answer = Callable[[InferResponse | Exception], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Admitted:
-    """A request the data plane checked, on its way to a model: what its statistics and its response need."""
-
-    lv: LoadedVersion
-    request: BackendRequest  # what the model gets: requested_outputs are the outputs the response carries
-    classes: dict[str, int]  # output -> class count, where the client asked for classification
-    model_name: str
-    request_id: str
-    start_ns: int
 
 
 @dataclass
@@ -206,19 +192,19 @@ class DataPlane:
         admitted = self._admit(lv, request, declared, tag)  # a request refused here is no failure in the statistics
         lookup = self._look_up(admitted, rec.ensemble) if tag is None and self.caching is not None else None
         if lookup is not None and lookup.hit is not None:
-            self._count_success(admitted, time.perf_counter_ns())
-            hit: dict[str, bool | int | float | str] = {}
+            admitted.count_success(time.perf_counter_ns())
+            hit: Parameters = {}
             if rec.ensemble is not None:
                 hit["ensemble_versions"] = rec.ensemble.describe()
-            return self._respond(admitted, dict(lookup.hit.outputs), hit)
+            return admitted.respond(dict(lookup.hit.outputs), hit)
         return await self._run(admitted, rec.ensemble, tag, lookup)
 
     async def _run(
-        self, admitted: _Admitted, ensemble: EnsembleState | None, tag: SequenceTag | None, lookup: Lookup | None
+        self, admitted: Admitted, ensemble: EnsembleState | None, tag: SequenceTag | None, lookup: Lookup | None
     ) -> InferResponse:
         """`infer` once the request is admitted (and missed the cache, where its version uses one)."""
         lv = admitted.lv
-        parameters: dict[str, bool | int | float | str] = {}
+        parameters: Parameters = {}
         traced = (
             self.tracing.begin(admitted.model_name, lv.version, admitted.request_id, admitted.start_ns)
             if self.tracing.control.active else None
@@ -233,7 +219,7 @@ class DataPlane:
                     traced[0].mark("QUEUE_START", queued)
                 outputs, versions = await infer_ensemble(self, lv, ensemble.graph, admitted.request, compute, tag, traced)
                 parameters["ensemble_versions"] = versions
-                self._count_ensemble(admitted, queued, compute)
+                admitted.count_ensemble(queued, compute)
             else:
                 outputs = await self._infer_model(lv, admitted.request, traced[0] if traced else None)
             if lookup is not None and self.caching is not None:
@@ -245,8 +231,8 @@ class DataPlane:
             self.in_flight -= 1
             if traced is not None:
                 self.tracing.end(traced, admitted.model_name, answered=outputs is not None)
-        self._count_success(admitted, time.perf_counter_ns())
-        return self._respond(admitted, outputs, parameters)
+        admitted.count_success(time.perf_counter_ns())
+        return admitted.respond(outputs, parameters)
 
     def infer_then(
         self, request: InferRequest, declared: Mapping[str, str] | None, answer: Answer, endpoint: str = GRPC_ENDPOINT
@@ -296,7 +282,7 @@ class DataPlane:
         def then(result: BackendResult, settle: Callable[[], None]) -> None:  # on the thread that ran it
             nonlocal inline
             end = time.perf_counter_ns()
-            outcome = self._outcome(admitted, result, {})
+            outcome = admitted.outcome(result, {})
             if threading.get_ident() == loop_thread:  # ran inline
                 inline = True
                 self._settle(admitted, result, end, settle, cached)
@@ -345,11 +331,11 @@ class DataPlane:
 
         def ended(result: dict[str, Tensor] | Exception, end: int) -> None:  # on the loop
             if not isinstance(result, Exception):
-                self._count_ensemble(admitted, queued, calls.compute)
+                admitted.count_ensemble(queued, calls.compute)
             self._settle(admitted, result, end, functools.partial(_release, steps.values()), cached)
 
         def finish(result: dict[str, Tensor] | Exception) -> None:  # on the loop (carried: maybe a model's thread)
-            outcome = self._outcome(admitted, result, {"ensemble_versions": described})
+            outcome = admitted.outcome(result, {"ensemble_versions": described})
             if calls.carry is None:
                 ended(result, time.perf_counter_ns())
             else:  # after its steps' ends, counted before the answer leaves
@@ -398,27 +384,8 @@ class DataPlane:
         exc = task.exception()
         answer(task.result() if exc is None else exc if isinstance(exc, Exception) else internal(repr(exc)))
 
-    def _count_ensemble(self, admitted: _Admitted, queued: int, compute: ComputeTimes) -> None:
-        """An ensemble request's own statistics: one execution, its steps' compute summed."""
-        lv = admitted.lv
-        batch = batch_size_of(admitted.request.inputs) if lv.config.max_batch_size else 1
-        lv.stats.record_alone(batch, queued - admitted.start_ns, compute, int(time.time() * 1000))
-
-    def _outcome(
-        self, admitted: _Admitted, result: BackendResult, parameters: dict[str, bool | int | float | str]
-    ) -> InferResponse | Exception:
-        """What a request taken without a task answers: its response, or the error (pure: any thread)."""
-        if isinstance(result, Exception):
-            return result
-        if isinstance(result, BaseException):  # kept from the loop: the request fails, the server goes on
-            return internal(f"model '{admitted.lv.model}': execution raised {result!r}")
-        try:
-            return self._respond(admitted, result, parameters)
-        except Exception as exc:  # the answer carries it; the request is settled all the same
-            return exc
-
     def _settle(
-        self, admitted: _Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None,
+        self, admitted: Admitted, result: BackendResult, end: int, settle: Callable[[], None] | None,
         cached: Lookup | None = None,
     ) -> None:
         """On the loop: the end of a request `infer_then` took (what leaving `infer` does); `settle` first (the
@@ -432,17 +399,17 @@ class DataPlane:
             return
         if cached is not None and self.caching is not None:
             self.caching.store(admitted.lv, cached, result)
-        self._count_success(admitted, end)
+        admitted.count_success(end)
 
     def _answered_from(
-        self, admitted: _Admitted, hit: CachedResponse, parameters: dict[str, bool | int | float | str]
+        self, admitted: Admitted, hit: CachedResponse, parameters: Parameters
     ) -> InferResponse | Exception:
         """A request `infer_then` took, answered from the cache: counted a success (the hit itself is counted by
         the lookup), its response built from the stored outputs."""
-        self._count_success(admitted, time.perf_counter_ns())
-        return self._outcome(admitted, dict(hit.outputs), parameters)
+        admitted.count_success(time.perf_counter_ns())
+        return admitted.outcome(dict(hit.outputs), parameters)
 
-    def _look_up(self, admitted: _Admitted, ensemble: EnsembleState | None) -> Lookup | None:
+    def _look_up(self, admitted: Admitted, ensemble: EnsembleState | None) -> Lookup | None:
         """The request looked up in the response cache; None where its version does not use one."""
         lv = admitted.lv
         if self.caching is None or not self.caching.enabled(lv):
@@ -452,7 +419,7 @@ class DataPlane:
 
     def _admit(
         self, lv: LoadedVersion, request: InferRequest, declared: Mapping[str, str] | None, tag: SequenceTag | None
-    ) -> _Admitted:
+    ) -> Admitted:
         """The request checked against what `lv` accepts, as the backend request for it. What model threads
         answered is counted first: the places they held in a queue are free for this one."""
         self._settlements.run()
@@ -465,46 +432,10 @@ class DataPlane:
         backend_request = BackendRequest(
             inputs, requested, request.parameters, request.id, tag.correlation_id if tag else 0, tag.flags if tag else 0
         )
-        return _Admitted(lv, backend_request, classes, request.model_name, request.id, start)
+        return Admitted(lv, backend_request, classes, request.model_name, request.id, start)
 
-    def _count_success(self, admitted: _Admitted, end: int) -> None:
-        stats = admitted.lv.stats
-        success = stats.success
-        success.count += 1
-        success.ns += end - admitted.start_ns
-        stats.last_inference_ms = int(time.time() * 1000)
-
-    def _count_failure(self, admitted: _Admitted, exc: BaseException, end: int) -> None:
-        """The model's own error response is a success of the model, never of an ensemble."""
-        lv = admitted.lv
-        ensemble = self.registry.records[lv.model].ensemble is not None
-        if isinstance(exc, ResponseError) and not ensemble:
-            lv.stats.success.add(end - admitted.start_ns)
-        else:
-            lv.stats.record_failure(end - admitted.start_ns, failure_reason(exc, ensemble))
-
-    def _respond(
-        self, admitted: _Admitted, outputs: Mapping[str, Tensor], parameters: dict[str, bool | int | float | str]
-    ) -> InferResponse:
-        """The response of an admitted request from what its model produced (pure: any thread)."""
-        lv = admitted.lv
-        requested = admitted.request.requested_outputs
-        try:
-            selected = {n: outputs[n] for n in requested}
-        except KeyError:
-            missing = [n for n in requested if n not in outputs]
-            raise internal(
-                f"model {quote_name(admitted.model_name)} did not produce requested output(s) {missing}"
-            ) from None
-        if admitted.classes:
-            selected = classification.apply(selected, admitted.classes, lv.config.max_batch_size > 0, lv.labels)
-        return InferResponse(
-            model_name=admitted.model_name,
-            model_version=str(lv.version),
-            outputs=selected,
-            id=admitted.request_id,
-            parameters=parameters,
-        )
+    def _count_failure(self, admitted: Admitted, exc: BaseException, end: int) -> None:
+        admitted.count_failure(exc, end, ensemble=self.registry.records[admitted.lv.model].ensemble is not None)
 
     def sequence_version(self, name: str, version: str, tag: SequenceTag | None) -> LoadedVersion | None:
         """A request that continues a sequence runs on the version its sequence started on, even one no longer
