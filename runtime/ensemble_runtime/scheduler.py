@@ -1,8 +1,8 @@
-"""Scheduling onto model instances: a shared queue, one worker per instance, optional dynamic batching.
+"""Scheduling onto model instances: direct, handed on at once, or through dynamic batching's queue.
 
 Without batching, a request takes a free instance in its own task; instances that queue calls themselves (a
 python model's threads, which share one queue) are handed each request at once, and the first free instance
-runs the next, in the order of the calls."""
+runs the next, in the order of the calls. With batching, `batching.BatchQueue` feeds them."""
 
 from __future__ import annotations
 
@@ -11,57 +11,21 @@ import contextlib
 import functools
 import threading
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 from ensemble_runtime.backends.base import InlineInstance, ModelInstance, QueuingInstance, RunTimes
 from ensemble_runtime.backends.handoff import on_loop
-from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError, internal, must_propagate, unavailable
+from ensemble_runtime.batching import BatchPolicy, BatchQueue
+from ensemble_runtime.errors import ResponseError, internal, unavailable
+from ensemble_runtime.executions import counted_results, execution_results, failed_results
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 # What `submit_then` calls on the thread that ran the request (the instance's, or the loop for an instance that
 # runs inline): the request's result, and what to call on the loop then.
 Then = Callable[[BackendResult, Callable[[], None]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPolicy:
-    """Triton's dynamic_batching settings, resolved; `enabled` False means one request per execution."""
-
-    enabled: bool = False
-    max_batch_size: int = 0
-    max_queue_delay_s: float = 0.0
-    preferred_sizes: tuple[int, ...] = ()
-    max_queue_size: int = 0  # 0 = unbounded
-    default_timeout_s: float = 0.0  # 0 = none
-
-    @classmethod
-    def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
-        queue_policy = config.dynamic_batching.default_queue_policy
-        batching = config.HasField("dynamic_batching") and config.max_batch_size > 0
-        return cls(
-            enabled=batching,
-            max_batch_size=config.max_batch_size,
-            max_queue_delay_s=config.dynamic_batching.max_queue_delay_microseconds / 1e6,
-            preferred_sizes=tuple(sorted(config.dynamic_batching.preferred_batch_size)),
-            max_queue_size=queue_policy.max_queue_size,
-            default_timeout_s=queue_policy.default_timeout_microseconds / 1e6,
-        )
-
-
-@dataclass(slots=True)
-class _Pending:
-    request: BackendRequest
-    batch: int
-    enqueued_ns: int
-    future: asyncio.Future[dict[str, Tensor]]
-    deadline_ns: int = 0
-    times: ComputeTimes | None = None  # where the caller sums compute phases (an ensemble request's steps)
 
 
 @dataclass(slots=True)
@@ -72,9 +36,7 @@ class Scheduler:
     instances: list[ModelInstance]
     policy: BatchPolicy
     stats: ModelStats
-    _queue: deque[_Pending] = field(default_factory=deque)
-    _wakeup: asyncio.Condition = field(default_factory=asyncio.Condition)
-    _workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _batches: BatchQueue | None = None  # with dynamic batching: its queue and workers
     _closing: bool = False
     _idle: list[ModelInstance] = field(default_factory=list)
     _slots: asyncio.Semaphore | None = None
@@ -102,11 +64,8 @@ class Scheduler:
                 # through the loop in between (a semaphore here would cost one per request).
                 self._queuing = queuing[0]
             return
-        for index, instance in enumerate(self.instances):
-            task = self._loop.create_task(
-                self._work(instance), name=f"{self.model}-instance-{index}"
-            )
-            self._workers.append(task)
+        self._batches = BatchQueue(self.model, self.instances, self.policy, self.stats)
+        self._batches.start(self._loop)
 
     async def submit(self, request: BackendRequest, times: ComputeTimes | None = None) -> dict[str, Tensor]:
         """Run `request` on an instance; on success its execution's compute phases are added to `times`."""
@@ -116,24 +75,9 @@ class Scheduler:
             return await self._submit_queued(self._queuing, request, times)
         if self._slots is not None:
             return await self._submit_direct(request, times)
-        if self.policy.max_queue_size and len(self._queue) >= self.policy.max_queue_size:
-            raise unavailable(
-                f"model '{self.model}': request exceeds maximum queue size {self.policy.max_queue_size}"
-            )
-        now = time.perf_counter_ns()
-        timeout_ns = int(self.policy.default_timeout_s * 1e9)
-        pending = _Pending(
-            request=request,
-            batch=batch_size_of(request.inputs) if self.policy.max_batch_size else 1,
-            enqueued_ns=now,
-            future=asyncio.get_running_loop().create_future(),
-            deadline_ns=now + timeout_ns if timeout_ns else 0,
-            times=times,
-        )
-        async with self._wakeup:
-            self._queue.append(pending)
-            self._wakeup.notify()
-        return await pending.future
+        if self._batches is None:
+            raise internal(f"model '{self.model}': the scheduler has not started")
+        return await self._batches.submit(request, times)
 
     async def _submit_direct(self, request: BackendRequest, times: ComputeTimes | None) -> dict[str, Tensor]:
         assert self._slots is not None
@@ -163,7 +107,7 @@ class Scheduler:
         enqueued = self._enter_queued()
         ran = RunTimes()
         try:
-            result = (await self._execute(instance.execute_queued([request], ran), 1))[0]
+            result = (await execution_results(self.model, instance.execute_queued([request], ran), 1))[0]
         finally:
             self._leave_queued()
         end = time.perf_counter_ns()
@@ -201,9 +145,9 @@ class Scheduler:
         start = time.perf_counter_ns()
         input_end = time.perf_counter_ns()
         try:
-            result = self._counted(instance.execute_inline([request]), 1)[0]
+            result = counted_results(self.model, instance.execute_inline([request]), 1)[0]
         except BaseException as exc:
-            result = self._failed(exc, 1)[0]
+            result = failed_results(self.model, exc, 1)[0]
         output_start = time.perf_counter_ns()
         end = time.perf_counter_ns()
         compute = ComputeTimes(input_end - start, output_start - input_end, end - output_start)
@@ -274,7 +218,7 @@ class Scheduler:
             return max(0, self._outstanding - len(self.instances))
         if self._slots is not None:
             return self._waiting
-        return len(self._queue)
+        return self._batches.pending() if self._batches is not None else 0
 
     async def close(self) -> None:
         """Stop taking requests, finish what is queued, stop the workers and the instances."""
@@ -288,82 +232,11 @@ class Scheduler:
         elif self._slots is not None:
             for _ in self.instances:  # every instance back: nothing in flight any more
                 await self._slots.acquire()
-        async with self._wakeup:
-            self._wakeup.notify_all()
-        if self._workers:
-            await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._batches is not None:
+            await self._batches.close()
         for instance in self.instances:
             with contextlib.suppress(Exception):
                 await instance.close()
-
-    async def _take_batch(self) -> list[_Pending] | None:
-        async with self._wakeup:
-            while not self._queue:
-                if self._closing:
-                    return None
-                await self._wakeup.wait()
-            batch = [self._queue.popleft()]
-            if not self.policy.enabled:
-                return batch
-            size = batch[0].batch
-            deadline = time.perf_counter() + self.policy.max_queue_delay_s
-            while size < self.policy.max_batch_size:
-                if size in self.policy.preferred_sizes:
-                    break
-                if self._queue:
-                    if size + self._queue[0].batch > self.policy.max_batch_size:
-                        break
-                    item = self._queue.popleft()
-                    batch.append(item)
-                    size += item.batch
-                    continue
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0 or self._closing:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
-            return batch
-
-    async def _work(self, instance: ModelInstance) -> None:
-        while True:
-            batch = await self._take_batch()
-            if batch is None:
-                return
-            await self._run(instance, batch)
-
-    async def _run(self, instance: ModelInstance, batch: list[_Pending]) -> None:
-        # Triton's phases as seen from here: compute input = taking the batch's requests (dropping those timed
-        # out), compute infer = the instance's execute, compute output = handing each result to its caller.
-        start = time.perf_counter_ns()
-        live: list[_Pending] = []
-        for item in batch:
-            if item.deadline_ns and start > item.deadline_ns:
-                item.future.set_exception(
-                    InferenceError(ErrorCode.UNAVAILABLE, f"model '{self.model}': request timed out in queue")
-                )
-            elif not item.future.done():
-                live.append(item)
-        if not live:
-            return
-        requests = [item.request for item in live]
-        input_end = time.perf_counter_ns()
-        results = await self._execute(instance.execute(requests), len(requests))
-        output_start = time.perf_counter_ns()
-        succeeded: list[_Pending] = []
-        for item, result in zip(live, results, strict=True):
-            if item.future.done():
-                continue
-            if isinstance(result, BaseException):
-                item.future.set_exception(result)
-                if isinstance(result, ResponseError):  # answered by the model: it ran
-                    succeeded.append(item)
-            else:
-                item.future.set_result(result)
-                succeeded.append(item)
-        if succeeded:
-            self._record(live, succeeded, start, ComputeTimes(
-                input_end - start, output_start - input_end, time.perf_counter_ns() - output_start
-            ))
 
     async def _run_one(
         self, instance: ModelInstance, request: BackendRequest, enqueued_ns: int, times: ComputeTimes | None
@@ -372,7 +245,7 @@ class Scheduler:
         without the queue's bookkeeping (no deadline, no future to hand the result over)."""
         start = time.perf_counter_ns()
         input_end = time.perf_counter_ns()
-        result = (await self._execute(instance.execute([request]), 1))[0]
+        result = (await execution_results(self.model, instance.execute([request]), 1))[0]
         output_start = time.perf_counter_ns()
         end = time.perf_counter_ns()
         compute = ComputeTimes(input_end - start, output_start - input_end, end - output_start)
@@ -401,38 +274,6 @@ class Scheduler:
         if times is not None:
             times.add(compute)
 
-    async def _execute(self, execution: Awaitable[list[BackendResult]], count: int) -> list[BackendResult]:
-        """One result per request of an `execute` call (`count` of them): the instance's, or the error that
-        stands for it when the backend fails."""
-        try:
-            results = await execution
-        except BaseException as exc:
-            return self._failed(exc, count)
-        return self._counted(results, count)
-
-    def _failed(self, exc: BaseException, count: int) -> list[BackendResult]:
-        """What stands for `count` results when an execution raised: a backend bug fails these requests, not the
-        worker; SystemExit from a backend must not reach the loop (it ends the server)."""
-        if isinstance(exc, Exception):
-            return [exc] * count
-        if must_propagate(exc):
-            raise exc
-        return [internal(f"model '{self.model}': execution raised {exc!r}")] * count
-
-    def _counted(self, results: list[BackendResult], count: int) -> list[BackendResult]:
-        if len(results) != count:
-            return [internal(f"model '{self.model}' returned {len(results)} responses for {count} requests")] * count
-        return results
-
-    def _record(self, live: list[_Pending], succeeded: list[_Pending], start: int, compute: ComputeTimes) -> None:
-        for item in succeeded:
-            self.stats.record_request(item.batch, start - item.enqueued_ns, compute)
-            if item.times is not None:
-                item.times.add(compute)
-                input_end = start + compute.input_ns
-                output_start = input_end + compute.infer_ns
-                item.times.ran(start, input_end, output_start, output_start + compute.output_ns)
-        self.stats.record_execution(sum(item.batch for item in live), compute, time.time_ns() // 1_000_000)
 
 
 def _queued_times(enqueued: int, ran: RunTimes, end: int) -> tuple[int, ComputeTimes]:

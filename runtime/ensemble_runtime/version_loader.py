@@ -20,6 +20,7 @@ from ensemble_runtime.backends.base import (
     ModelStreamCaller,
     instance_slots,
 )
+from ensemble_runtime.batching import BatchPolicy
 from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import ConfigError
 from ensemble_runtime.custom_metrics import CustomMetrics
@@ -28,7 +29,7 @@ from ensemble_runtime.load_journal import LoadJournal
 from ensemble_runtime.memory import MemoryBudget, describe
 from ensemble_runtime.registry import LoadedVersion, Registry, VersionState
 from ensemble_runtime.repository.local import version_fingerprint
-from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.sequences import (
     FLAG_END,
     FLAG_START,

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ensemble_runtime.backends.python.instance import ModelExitError
+from ensemble_runtime.batching import BatchPolicy
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor
-from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.stats import ModelStats
 
 from .conftest import Harness, Run

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 from ensemble_runtime.backends.base import QueuingInstance
+from ensemble_runtime.batching import BatchPolicy
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, Tensor
 from ensemble_runtime.responses import ResponseChannel
-from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.stats import ModelStats
 
 from .conftest import Harness, Run

@@ -8,9 +8,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
+from ensemble_runtime.batching import BatchPolicy
 from ensemble_runtime.errors import ErrorCode, InferenceError, ResponseError
 from ensemble_runtime.inference import BackendRequest, BackendResult
-from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 

@@ -11,12 +11,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 from ensemble_runtime.backends.base import RunTimes
+from ensemble_runtime.batching import BatchPolicy
 from ensemble_runtime.config.model_config import parse_config_text
 from ensemble_runtime.ensemble.graph import build_graph
 from ensemble_runtime.errors import ErrorCode, InferenceError
 from ensemble_runtime.inference import BackendRequest, BackendResult
 from ensemble_runtime.registry import EnsembleState, LoadedVersion, ModelRecord, Registry
-from ensemble_runtime.scheduler import BatchPolicy, Scheduler
+from ensemble_runtime.scheduler import Scheduler
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
 STEP = """
