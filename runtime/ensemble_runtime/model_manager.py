@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ensemble_runtime import poll_changes
 from ensemble_runtime.config.config_files import ConfigFiles
 from ensemble_runtime.config.labels import read_labels
 from ensemble_runtime.config.model_config import (
@@ -412,36 +413,12 @@ class ModelManager:
             log.info("unloading model '%s'", name)
 
     def changed_models(self) -> list[str]:
-        """Loaded models whose repository content differs from what is loaded (poll mode)."""
+        """Models whose repository content differs from what is loaded (poll mode); scans the repository."""
         self.scan()
-        changed: list[str] = []
-        for name, location in self._locations.items():
-            rec = self.registry.records.get(name)
-            if rec is None:
-                changed.append(name)
-                continue
-            if rec.explicitly_unloaded:
-                continue
-            try:
-                config = self._read_config(location, None)
-            except ConfigError:
-                changed.append(name)
-                continue
-            if is_ensemble(config):
-                if rec.config is None or rec.config.SerializeToString() != config.SerializeToString():
-                    changed.append(name)
-                continue
-            selection = select_versions(config.version_policy, location.versions)
-            fingerprints = {v: version_fingerprint(config, location.versions[v]) for v in selection.selected}
-            served = {v: rec.versions[v].fingerprint for v in rec.served if v in rec.versions}
-            if fingerprints != served:  # new, changed or removed versions; failed ones are retried
-                changed.append(name)
-        return changed
+        return poll_changes.changed_models(
+            self._locations, self.registry.records, lambda location: self._read_config(location, None)
+        )
 
     def removed_models(self) -> list[str]:
-        """Loaded models whose directory is gone from every repository (poll mode unloads them)."""
-        return [
-            name
-            for name, rec in self.registry.records.items()
-            if name not in self._locations and rec.served and not rec.explicitly_unloaded
-        ]
+        """Loaded models whose directory was gone from every repository at the last scan (poll mode unloads them)."""
+        return poll_changes.removed_models(self._locations, self.registry.records)
