@@ -81,12 +81,20 @@ class RawConnection:
 
     def open_call(self, method: str, headers: Sequence[tuple[str, str]] = ()) -> int:
         """Sends a call's HEADERS and nothing more; returns its stream (its message may follow: `send`)."""
-        stream = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
-                                        (":authority", self.address), ("content-type", "application/grpc"),
-                                        ("te", "trailers"), *headers])
+        return self.open_calls(method, 1, headers)[0]
+
+    def open_calls(self, method: str, count: int, headers: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """`open_call` `count` times, the HEADERS all in one write (the server reads them together); their streams,
+        in the order sent."""
+        streams = []
+        for _ in range(count):
+            stream = self.conn.get_next_available_stream_id()
+            self.conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", method),
+                                            (":authority", self.address), ("content-type", "application/grpc"),
+                                            ("te", "trailers"), *headers])
+            streams.append(stream)
         self.sock.sendall(self.conn.data_to_send())
-        return stream
+        return streams
 
     def send(self, stream: int, frames: Sequence[bytes]) -> RawAnswer:
         """Sends the message of a call opened by `open_call`, ending its requests, and reads its answer."""

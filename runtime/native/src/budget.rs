@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Context;
 
@@ -35,27 +36,33 @@ pub struct CallLimits {
 /// The calls waiting for their message, oldest first, and the open streams' places.
 pub struct CallBudget {
     limits: CallLimits,
+    arrivals: AtomicU64,
     waiting: Arc<Mutex<Waiting>>,
     streams: FairShare,
 }
 
+/// When a call came to the port, taken as its connection reads its HEADERS (crate::grpc_port), before the call
+/// has a task: hyper takes a connection's new calls in order but runs each in a task of its own, and tokio runs
+/// the task spawned last first, so the order in which calls' tasks start is not the order they came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Arrival(u64);
+
 #[derive(Default)]
 struct Waiting {
-    next: u64,
     /// By arrival: each call's sender, which tells it to give way.
-    calls: BTreeMap<u64, oneshot::Sender<()>>,
+    calls: BTreeMap<Arrival, oneshot::Sender<()>>,
 }
 
 /// A unary call's place among those waiting for their message; dropped (its message has arrived, or the call has
 /// ended), the place is free.
 pub struct WaitingCall {
     waiting: Arc<Mutex<Waiting>>,
-    id: u64,
+    arrived: Arrival,
 }
 
 impl Drop for WaitingCall {
     fn drop(&mut self) {
-        lock(&self.waiting).calls.remove(&self.id);
+        lock(&self.waiting).calls.remove(&self.arrived);
     }
 }
 
@@ -88,27 +95,31 @@ impl CallBudget {
     pub fn new(limits: CallLimits) -> Self {
         Self {
             limits,
+            arrivals: AtomicU64::new(0),
             waiting: Arc::default(),
             streams: FairShare::new(limits.open_streams),
         }
     }
 
-    /// A place for a unary call until its message has arrived; at the limit, the call that has waited longest is
-    /// told to give way.
-    pub fn incomplete_call(&self) -> (WaitingCall, GiveWay) {
+    /// The next call's place in the order of arrival.
+    pub fn arrival(&self) -> Arrival {
+        Arrival(self.arrivals.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A place for a unary call that `arrived` until its message has arrived; past the limit, the call that has
+    /// waited longest is told to give way (this one, where every other waiting call came after it).
+    pub fn incomplete_call(&self, arrived: Arrival) -> (WaitingCall, GiveWay) {
         let (tell, told) = oneshot::channel();
         let mut waiting = lock(&self.waiting);
-        while waiting.calls.len() >= self.limits.incomplete_calls.max(1) {
+        waiting.calls.insert(arrived, tell);
+        while waiting.calls.len() > self.limits.incomplete_calls.max(1) {
             if let Some((_, oldest)) = waiting.calls.pop_first() {
                 let _ = oldest.send(());
             }
         }
-        let id = waiting.next;
-        waiting.next += 1;
-        waiting.calls.insert(id, tell);
         let call = WaitingCall {
             waiting: self.waiting.clone(),
-            id,
+            arrived,
         };
         let give_way = GiveWay {
             told,
@@ -182,16 +193,47 @@ mod tests {
             incomplete_calls: 2,
             open_streams: 1,
         });
-        let (_a, mut a_told) = budget.incomplete_call();
-        let (b, mut b_told) = budget.incomplete_call();
-        let (_c, mut c_told) = budget.incomplete_call(); // a gives way
+        let (_a, mut a_told) = budget.incomplete_call(budget.arrival());
+        let (b, mut b_told) = budget.incomplete_call(budget.arrival());
+        let (_c, mut c_told) = budget.incomplete_call(budget.arrival()); // a gives way
         assert!(told(&mut a_told));
         assert!(!told(&mut b_told) && !told(&mut c_told));
         drop(b); // b's message arrived: its place is free, and d takes it without anyone giving way
-        let (_d, mut d_told) = budget.incomplete_call();
+        let (_d, mut d_told) = budget.incomplete_call(budget.arrival());
         assert!(!told(&mut c_told) && !told(&mut d_told));
-        let (_e, _) = budget.incomplete_call(); // c, now the longest waiting
+        let (_e, _) = budget.incomplete_call(budget.arrival()); // c, now the longest waiting
         assert!(told(&mut c_told) && !told(&mut d_told));
+    }
+
+    #[test]
+    fn calls_that_take_their_places_out_of_order_give_way_in_the_order_they_came() {
+        let budget = CallBudget::new(CallLimits {
+            incomplete_calls: 2,
+            open_streams: 1,
+        });
+        let arrivals: Vec<Arrival> = (0..4).map(|_| budget.arrival()).collect();
+        // their tasks start last first, as tokio runs a burst of spawned tasks
+        let (_d, mut d_told) = budget.incomplete_call(arrivals[3]);
+        let (_a, mut a_told) = budget.incomplete_call(arrivals[0]);
+        let (_b, mut b_told) = budget.incomplete_call(arrivals[1]); // a, the first to come, gives way
+        assert!(told(&mut a_told));
+        assert!(!told(&mut b_told) && !told(&mut d_told));
+        let (_c, mut c_told) = budget.incomplete_call(arrivals[2]); // then b
+        assert!(told(&mut b_told));
+        assert!(!told(&mut c_told) && !told(&mut d_told));
+    }
+
+    #[test]
+    fn a_call_older_than_every_waiting_one_gives_way_itself() {
+        let budget = CallBudget::new(CallLimits {
+            incomplete_calls: 1,
+            open_streams: 1,
+        });
+        let first = budget.arrival();
+        let (_later, mut later_told) = budget.incomplete_call(budget.arrival());
+        let (_first, mut first_told) = budget.incomplete_call(first);
+        assert!(told(&mut first_told));
+        assert!(!told(&mut later_told));
     }
 
     #[tokio::test]
@@ -200,8 +242,8 @@ mod tests {
             incomplete_calls: 1,
             open_streams: 1,
         });
-        let (_a, a_told) = budget.incomplete_call();
-        let (b, b_told) = budget.incomplete_call();
+        let (_a, a_told) = budget.incomplete_call(budget.arrival());
+        let (b, b_told) = budget.incomplete_call(budget.arrival());
         let status = a_told.status().await;
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(status.message().contains(
@@ -262,7 +304,7 @@ mod tests {
             incomplete_calls: usize::MAX,
             open_streams: usize::MAX,
         });
-        let _ = budget.incomplete_call();
+        let _ = budget.incomplete_call(budget.arrival());
         assert!(budget.open_stream(None).is_ok());
     }
 }

@@ -40,7 +40,8 @@ pub fn serve(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (shutdown, signal) = oneshot::channel::<()>();
     let places = FairShare::new(limits.max_connections);
-    let routes = Routes::new(InferenceService(core.clone())).add_service(HealthService(core));
+    let routes =
+        Routes::new(InferenceService(core.clone())).add_service(HealthService(core.clone()));
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -71,6 +72,7 @@ pub fn serve(
             let aged = aged(limits.max_age);
             let service = Connection {
                 routes: routes.clone(),
+                core: core.clone(),
                 info,
             };
             let connection = builder.serve_connection(TokioIo::new(io), service);
@@ -96,6 +98,7 @@ pub fn serve(
 #[derive(Clone)]
 struct Connection {
     routes: Routes,
+    core: Arc<Core>,
     info: PlacedInfo<TcpConnectInfo>,
 }
 
@@ -114,6 +117,8 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Connectio
             .and_then(|value| grpc_timeout::parse(value.as_bytes()));
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(self.info.clone());
+        // here, as hyper takes the connection's calls in order: each then runs in its own task (crate::budget)
+        request.extensions_mut().insert(self.core.arrival());
         let answered = self.routes.clone().call(request);
         Box::pin(async move {
             let answered = match deadline {

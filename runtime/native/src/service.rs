@@ -20,7 +20,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpConnectInfo;
 use tonic::{Response, Status};
 
-use crate::budget::{CallBudget, CallLimits, WaitingCall};
+use crate::budget::{Arrival, CallBudget, CallLimits, WaitingCall};
 use crate::busy::Busy;
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
@@ -115,6 +115,12 @@ impl Core {
         })
     }
 
+    /// A call's place in the order of arrival at the port, for the budget of calls waiting for their message
+    /// (crate::budget): taken as the connection reads the call's HEADERS, before the call's task starts.
+    pub fn arrival(&self) -> Arrival {
+        self.budget.arrival()
+    }
+
     async fn route(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
         let path = request.uri().path().to_owned();
         let headers = request.headers();
@@ -159,7 +165,13 @@ impl Core {
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
             let _answering = busy.as_ref().map(Busy::enter);
-            let (waiting, give_way) = self.budget.incomplete_call();
+            // its place in the order the call came in (taken by crate::grpc_port as its HEADERS were read)
+            let arrived = request
+                .extensions()
+                .get::<Arrival>()
+                .copied()
+                .unwrap_or_else(|| self.budget.arrival());
+            let (waiting, give_way) = self.budget.incomplete_call(arrived);
             let unary = Unary {
                 core: self,
                 path,

@@ -394,7 +394,9 @@ def test_at_the_limit_the_longest_waiting_call_gives_way(budgeted: RuntimeProces
     per_connection = 8  # under the per-connection limit (256): only the budget across connections acts
     with raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as first, \
             raw_grpc.RawConnection(budgeted.grpc_url, LOADED) as second:
-        first_calls = [first.open_call(MODEL_INFER) for _ in range(per_connection)]
+        # In one write: the server reads the 8 together, and hyper runs each call in its own task, which tokio
+        # starts last first; the order of the calls is still the order they came in (crate::budget's Arrival).
+        first_calls = first.open_calls(MODEL_INFER, per_connection)
         assert first.call(SERVER_LIVE, live).status == 0  # answered after the server has taken the 8 before it
         second_calls = [second.open_call(MODEL_INFER) for _ in range(per_connection)]
         # 16 calls waiting, 10 places: the first connection's 6 longest waiting gave way
