@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from .handlers import register
-from .kube import connect
+from .kube_api import connect
 from .reconcile import Reconciler
 from .settings import Settings
 from .settle import ModelSettle
@@ -62,7 +62,7 @@ def main() -> None:
         policy=settings.runtime_policy(),
     )
 
-    # A registry of our own lacks the default registry's login fallbacks: log in as kube.connect does,
+    # A registry of our own lacks the default registry's login fallbacks: log in as kube_api.connect does,
     # through the official client (in-cluster ServiceAccount, else the kubeconfig).
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:

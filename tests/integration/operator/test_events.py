@@ -205,7 +205,8 @@ def test_a_status_conflict_on_the_api_server_is_read_again(
 ) -> None:
     """The operator's status write, made from a Model read before someone else wrote it: the API server
     refuses the stale resourceVersion (409), the client reads the Model again and writes from what is there."""
-    from ensemble_operator.kube import ApiClientTransport, Conflict, KubeClient
+    from ensemble_operator.kube import Conflict, KubeClient
+    from ensemble_operator.kube_api import ApiClientTransport
     from ensemble_operator.reconcile import Reconciler
     from ensemble_operator.render.common import RuntimeDefaults
     from kubernetes import config as kube_config

@@ -15,7 +15,8 @@ HOLD = "test.ensemble.dev/hold"
 
 
 def test_an_event_in_a_namespace_being_deleted_is_dropped_not_raised(audited_control_plane: ControlPlane) -> None:
-    from ensemble_operator.kube import ApiClientTransport, KubeClient
+    from ensemble_operator.kube import KubeClient
+    from ensemble_operator.kube_api import ApiClientTransport
     from kubernetes import config as kube_config
 
     cp = audited_control_plane
