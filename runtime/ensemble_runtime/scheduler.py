@@ -275,7 +275,6 @@ class Scheduler:
             times.add(compute)
 
 
-
 def _queued_times(enqueued: int, ran: RunTimes, end: int) -> tuple[int, ComputeTimes]:
     """Queue time and compute phases of a call to queuing instances: compute input is the time to their queue
     (the inputs made ready), queue time the wait there, compute infer the run, compute output the way back."""
