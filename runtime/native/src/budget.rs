@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Context;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tonic::Status;
 
 use crate::fair_share::{FairShare, Heard, Place};
@@ -44,8 +45,12 @@ pub struct CallBudget {
 /// When a call came to the port, taken as its connection reads its HEADERS (crate::grpc_port), before the call
 /// has a task: hyper takes a connection's new calls in order but runs each in a task of its own, and tokio runs
 /// the task spawned last first, so the order in which calls' tasks start is not the order they came in.
+/// Ordered by `order` (each is another): `at` follows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Arrival(u64);
+pub struct Arrival {
+    order: u64,
+    at: Instant,
+}
 
 #[derive(Default)]
 struct Waiting {
@@ -103,7 +108,10 @@ impl CallBudget {
 
     /// The next call's place in the order of arrival.
     pub fn arrival(&self) -> Arrival {
-        Arrival(self.arrivals.fetch_add(1, Ordering::Relaxed))
+        Arrival {
+            order: self.arrivals.fetch_add(1, Ordering::Relaxed),
+            at: Instant::now(),
+        }
     }
 
     /// A place for a unary call that `arrived` until its message has arrived; past the limit, the call that has
@@ -128,9 +136,17 @@ impl CallBudget {
         (call, give_way)
     }
 
-    /// A place held by a streaming call from `peer` for as long as it is open, or until it is told to give way.
-    pub fn open_stream(&self, peer: Option<IpAddr>) -> Result<OpenStream, Status> {
-        match self.streams.admit(peer) {
+    /// A place held by a streaming call from `peer` that `arrived` for as long as it is open, or until it is told to
+    /// give way (of equally quiet streams, the one that came first).
+    pub fn open_stream(
+        &self,
+        peer: Option<IpAddr>,
+        arrived: Arrival,
+    ) -> Result<OpenStream, Status> {
+        match self
+            .streams
+            .admit_arrived(peer, Some((arrived.order, arrived.at)))
+        {
             Some(place) => Ok(OpenStream {
                 place,
                 limit: self.limits.open_streams,
@@ -266,15 +282,18 @@ mod tests {
             incomplete_calls: 1,
             open_streams: 1,
         });
-        let stream = budget.open_stream(address(1)).unwrap();
-        let refused = budget.open_stream(address(1)).err().unwrap();
+        let stream = budget.open_stream(address(1), budget.arrival()).unwrap();
+        let refused = budget
+            .open_stream(address(1), budget.arrival())
+            .err()
+            .unwrap();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(refused
             .message()
             .contains("too many open streams: the server holds at most 1 "));
         assert!(refused.message().contains("--grpc-max-open-streams"));
         drop(stream);
-        assert!(budget.open_stream(address(1)).is_ok());
+        assert!(budget.open_stream(address(1), budget.arrival()).is_ok());
     }
 
     #[test]
@@ -283,10 +302,10 @@ mod tests {
             incomplete_calls: 1,
             open_streams: 2,
         });
-        let mut first = budget.open_stream(address(1)).unwrap();
-        let mut second = budget.open_stream(address(1)).unwrap();
+        let mut first = budget.open_stream(address(1), budget.arrival()).unwrap();
+        let mut second = budget.open_stream(address(1), budget.arrival()).unwrap();
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut other = budget.open_stream(address(2)).unwrap();
+        let mut other = budget.open_stream(address(2), budget.arrival()).unwrap();
         let status = first.poll_given_way(&mut cx).unwrap();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(status.message().contains(
@@ -295,7 +314,40 @@ mod tests {
         ));
         assert!(second.poll_given_way(&mut cx).is_none());
         assert!(other.poll_given_way(&mut cx).is_none());
-        assert!(budget.open_stream(address(2)).is_err()); // one each
+        assert!(budget.open_stream(address(2), budget.arrival()).is_err()); // one each
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn equally_quiet_streams_give_way_in_the_order_they_came() {
+        let budget = CallBudget::new(CallLimits {
+            incomplete_calls: 1,
+            open_streams: 2,
+        });
+        let (came_first, came_second) = (budget.arrival(), budget.arrival());
+        // the tasks of streams read together start in another order (crate::budget::Arrival)
+        let mut second = budget.open_stream(address(1), came_second).unwrap();
+        let mut first = budget.open_stream(address(1), came_first).unwrap();
+        let _other = budget.open_stream(address(2), budget.arrival()).unwrap();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(first.poll_given_way(&mut cx).is_some());
+        assert!(second.poll_given_way(&mut cx).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_is_quiet_from_when_it_came_not_from_when_its_task_took_its_place() {
+        let budget = CallBudget::new(CallLimits {
+            incomplete_calls: 1,
+            open_streams: 2,
+        });
+        let came_first = budget.arrival();
+        tokio::time::advance(std::time::Duration::from_millis(3)).await;
+        let mut second = budget.open_stream(address(1), budget.arrival()).unwrap();
+        tokio::time::advance(std::time::Duration::from_millis(3)).await;
+        let mut first = budget.open_stream(address(1), came_first).unwrap(); // quiet for 6 ms, not 0
+        let _other = budget.open_stream(address(2), budget.arrival()).unwrap();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(first.poll_given_way(&mut cx).is_some());
+        assert!(second.poll_given_way(&mut cx).is_none());
     }
 
     #[test]
@@ -305,6 +357,6 @@ mod tests {
             open_streams: usize::MAX,
         });
         let _ = budget.incomplete_call(budget.arrival());
-        assert!(budget.open_stream(None).is_ok());
+        assert!(budget.open_stream(None, budget.arrival()).is_ok());
     }
 }

@@ -75,6 +75,7 @@ impl Table {
             .filter(|(_, open)| holding_most.contains(&open.peer))
             .map(|(id, open)| Held {
                 id: *id,
+                order: open.order,
                 peer: open.peer,
                 heard: open.heard.load(Ordering::Relaxed),
             })
@@ -84,6 +85,8 @@ impl Table {
 }
 
 struct Open {
+    /// Of equally quiet places, the one first in this order gives way.
+    order: u64,
     peer: Option<IpAddr>,
     heard: Arc<AtomicU64>,
     /// Tells the holder to give way.
@@ -102,6 +105,8 @@ pub struct Place {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Held {
     pub id: u64,
+    /// When it came, among the bound's places: of two equally quiet, the one that came first gives way.
+    pub order: u64,
     pub peer: Option<IpAddr>,
     /// Milliseconds from the bound's start to the last time something passed on it (or it was taken).
     pub heard: u64,
@@ -114,24 +119,29 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
 }
 
 fn millis_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    millis_between(epoch, Instant::now())
+}
+
+fn millis_between(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Which of the `open` places gives way to a newcomer from `peer` when all are taken: the quietest of the address
 /// holding most (of two holding as many, the one whose quietest is quieter), if that address holds at least two
-/// more than `peer` does; None if the newcomer is the one refused.
+/// more than `peer` does; None if the newcomer is the one refused. Of equally quiet places, the one that came first
+/// (`order`) gives way.
 pub fn giving_way(open: &[Held], peer: Option<IpAddr>) -> Option<u64> {
     let mut by_peer: HashMap<Option<IpAddr>, (usize, Held)> = HashMap::new();
     for held in open {
         let entry = by_peer.entry(held.peer).or_insert((0, *held));
         entry.0 += 1;
-        if (held.heard, held.id) < (entry.1.heard, entry.1.id) {
+        if (held.heard, held.order) < (entry.1.heard, entry.1.order) {
             entry.1 = *held;
         }
     }
     let newcomer = by_peer.get(&peer).map_or(0, |(count, _)| *count);
     let (count, quietest) = by_peer.into_values().max_by_key(|(count, quietest)| {
-        (*count, std::cmp::Reverse((quietest.heard, quietest.id)))
+        (*count, std::cmp::Reverse((quietest.heard, quietest.order)))
     })?;
     (count >= newcomer + 2).then_some(quietest.id)
 }
@@ -146,10 +156,26 @@ impl FairShare {
     }
 
     /// A place for a newcomer from `peer`; when all are taken, one taken from another address's quietest holder
-    /// (which is told to give way); None when the newcomer is the one refused.
+    /// (which is told to give way); None when the newcomer is the one refused. Places come in the order they are
+    /// admitted (a connection's, accepted one at a time).
     pub fn admit(&self, peer: Option<IpAddr>) -> Option<Place> {
+        self.admit_arrived(peer, None)
+    }
+
+    /// [`FairShare::admit`] for a newcomer that came (`order`, `at`) before it was admitted: a stream, whose place
+    /// in the order of arrival was taken as its HEADERS were read (crate::budget::Arrival), while the tasks of
+    /// streams read together start in another order. It is quiet from when it came. None: from now, in the order
+    /// of admission.
+    pub fn admit_arrived(
+        &self,
+        peer: Option<IpAddr>,
+        came: Option<(u64, Instant)>,
+    ) -> Option<Place> {
         let peer = peer.map(|address| address.to_canonical());
-        let now = millis_since(self.epoch);
+        let (order, now) = match came {
+            Some((order, at)) => (Some(order), millis_between(self.epoch, at)),
+            None => (None, millis_since(self.epoch)),
+        };
         let mut table = lock(&self.table);
         if table.open.len() >= self.limit {
             let id = table.giving_way(peer)?;
@@ -164,6 +190,7 @@ impl FairShare {
         table.insert(
             id,
             Open {
+                order: order.unwrap_or(id),
                 peer,
                 heard: heard.clone(),
                 close,
@@ -247,6 +274,7 @@ mod tests {
     fn held(id: u64, peer: u8, heard: u64) -> Held {
         Held {
             id,
+            order: id,
             peer: ip(peer),
             heard,
         }

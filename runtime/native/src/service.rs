@@ -146,13 +146,19 @@ impl Core {
         // answered before its connection closes, when the connection gives way (crate::driven)
         let busy = placed.as_ref().map(|placed| placed.busy.clone());
         // Each call holds a place in the budget across connections (crate::budget): a stream for its life, a
-        // unary call until its message has arrived (or it is told to give way to a newer one).
+        // unary call until its message has arrived (or it is told to give way to a newer one). Its place in the
+        // order the calls came in was taken by crate::grpc_port as its HEADERS were read.
+        let arrived = request
+            .extensions()
+            .get::<Arrival>()
+            .copied()
+            .unwrap_or_else(|| self.budget.arrival());
         let response = if path == MODEL_STREAM_INFER || path == HEALTH_WATCH {
             let peer = placed
                 .as_ref()
                 .and_then(|placed| placed.inner.remote_addr())
                 .map(|address| address.ip());
-            let open = match self.budget.open_stream(peer) {
+            let open = match self.budget.open_stream(peer, arrived) {
                 Ok(permit) => permit,
                 Err(status) => return status.into_http(),
             };
@@ -165,12 +171,6 @@ impl Core {
             grpc.streaming(handler, request).await
         } else if is_unary(&path) {
             let _answering = busy.as_ref().map(Busy::enter);
-            // its place in the order the call came in (taken by crate::grpc_port as its HEADERS were read)
-            let arrived = request
-                .extensions()
-                .get::<Arrival>()
-                .copied()
-                .unwrap_or_else(|| self.budget.arrival());
             let (waiting, give_way) = self.budget.incomplete_call(arrived);
             let unary = Unary {
                 core: self,
