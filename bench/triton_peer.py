@@ -110,6 +110,16 @@ def not_installed_reason() -> str | None:
     return None
 
 
+def stub_missed_health_window(message: str) -> bool:
+    """Whether `message`, an error tritonserver answered, is its python backend failing a request because it took
+    the model's stub for hung. That backend waits for a stub's answer one second at a time and, after each second
+    without one, fails the request unless the stub's health thread (which flags it every 300 ms) has flagged it in
+    that second; both windows are one second of the realtime clock, fixed in its code. A machine that holds the
+    stub's process a second, or steps its clock, fails a request that a healthy stub was answering. The peer's own
+    failure, not the server it is compared with."""
+    return "Stub process '" in message and "' is not healthy" in message
+
+
 class TritonPeer(ServerProcess):
     """Starts the real `tritonserver` on `repositories`; `wait_live` polls ServerLive with a deadline."""
 
