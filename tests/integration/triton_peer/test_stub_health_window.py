@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from bench.models import build_chain_repository
+from bench.pa.cpu import descendants
 from bench.triton_peer import TritonPeer, not_installed_reason, stub_missed_health_window
 from tests.support.peer_requests import peer_request
 
@@ -26,18 +27,13 @@ WAIT = 60.0  # seconds: a loaded 2-core machine
 
 
 def _stubs(server_pid: int, instance: str) -> list[int]:
-    """The python backend stubs of `instance` the server `server_pid` started (its children)."""
+    """The python backend stubs of `instance` below the server `server_pid`."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in descendants(server_pid):
         with contextlib.suppress(OSError):
-            status = (entry / "status").read_text()
-            arguments = (entry / "cmdline").read_bytes().split(b"\0")
-            parent = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:"))
-            if parent == server_pid and instance.encode() in arguments \
-                    and any(a.endswith(b"triton_python_backend_stub") for a in arguments):
-                found.append(int(entry.name))
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if instance.encode() in arguments and any(a.endswith(b"triton_python_backend_stub") for a in arguments):
+                found.append(pid)
     return found
 
 
