@@ -5,6 +5,8 @@ from typing import Any, final
 
 from numpy.typing import NDArray
 
+from ensemble_runtime.inference import InferResponse
+
 ParamValue = bool | int | float | str
 OutputPayload = tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]  # data: C-contiguous bytes
 ON_LOOP: bool  # whether a core can have no threads (0), driven by the event loop's thread: a tokio_unstable build
@@ -79,6 +81,15 @@ class InferRequestView:
     @property
     def plain(self) -> list[tuple[str, str, tuple[int, ...], WireBuffer]] | None:
         """(name, datatype, shape, raw contents) per input, where the core found the request plain."""
+    @property
+    def arrays(self) -> dict[str, NDArray[Any]] | None:
+        """Name -> input array over the core's bytes, where it is plain and every input's bytes fit its shape."""
+    @property
+    def declared(self) -> dict[str, str] | None:
+        """With `arrays`: name -> datatype per input."""
+    @property
+    def output_parameters(self) -> dict[str, dict[str, ParamValue]]:
+        """Requested output -> its parameters, in the request's order."""
 
 @final
 class Call:
@@ -98,6 +109,7 @@ class Call:
         self, model_name: str, model_version: str, id: str, parameters: dict[str, ParamValue],
         outputs: Sequence[OutputPayload],
     ) -> None: ...
+    def reply_response(self, response: InferResponse) -> bool: ...
 
 @final
 class StreamCall:

@@ -182,16 +182,19 @@ def decode_view(view: InferRequestView, shm: SharedMemoryRegistry | None = None)
     """The native core's view of a request, as `decode_request` reads it. Where the core found it plain
     (`view.plain`: each input in raw contents, no shared memory or typed contents, names unique, datatypes
     known), every structural check has passed already, and the request is built from the core's tensors with
-    only the checks of each tensor against its bytes, in the same order."""
+    only the checks of each tensor against its bytes, in the same order; where those pass too for every input
+    (fixed-size datatypes, bytes that fit the shape), the core built the arrays already (`view.arrays`)."""
     plain = view.plain
     if plain is None:
         return decode_request(view, shm)
-    inputs: dict[str, Tensor] = {}
-    declared: dict[str, str] = {}
-    for name, wire, shape, data in plain:
-        inputs[name] = tensor_from_raw(name, wire, shape, data)
-        declared[name] = wire
-    output_params = {output.name: output.parameters for output in view.outputs}
+    inputs = view.arrays
+    declared = view.declared
+    if inputs is None or declared is None:  # some tensor's checks against its bytes are Python's to make
+        inputs, declared = {}, {}
+        for name, wire, shape, data in plain:
+            inputs[name] = tensor_from_raw(name, wire, shape, data)
+            declared[name] = wire
+    output_params = view.output_parameters
     request = InferRequest(
         view.model_name, view.model_version, inputs, list(output_params), view.id, view.parameters, output_params
     )

@@ -134,7 +134,8 @@ def _answer_then(call: Call, outcome: InferResponse | Exception) -> None:
         fail_infer(call, outcome)
         return
     try:
-        reply_infer(call, outcome, grpc_codec.output_payloads(outcome))
+        if not call.reply_response(outcome):
+            reply_infer(call, outcome, grpc_codec.output_payloads(outcome))
     except Exception as exc:
         fail_infer(call, exc)
 
@@ -150,7 +151,9 @@ async def answer_infer(
             decoded = await sized(call.size, grpc_codec.decode_view, call.request, shm)
         request, declared = decoded
         response = await dataplane.infer(request, declared)
-        reply_infer(call, response, grpc_codec.output_payloads(response, shm, output_refs(request.output_parameters)))
+        refs = output_refs(request.output_parameters)
+        if refs or not call.reply_response(response):
+            reply_infer(call, response, grpc_codec.output_payloads(response, shm, refs))
     except asyncio.CancelledError:
         call.fail(CANCELLED, "the server is stopping")
         raise

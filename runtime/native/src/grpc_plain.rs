@@ -37,6 +37,36 @@ pub fn is_plain(request: &ModelInferRequest) -> bool {
         })
 }
 
+/// Dimensions a tensor may have (`dtypes.MAX_DIMS`).
+pub const MAX_DIMS: usize = 32;
+/// numpy's largest array in bytes (`dtypes._MAX_ELEMENTS_BYTES`).
+const MAX_ELEMENTS_BYTES: u128 = i64::MAX as u128;
+
+/// The byte count of a tensor of `shape` whose elements have `itemsize` bytes (not BYTES), where every check of
+/// `dtypes.element_count` passes on it: at most [`MAX_DIMS`] dimensions, none negative, and the product of the
+/// dimensions (a 0 counted as 1) times the size within what numpy can hold. `None` where one fails: Python's
+/// checks then say which, with their messages.
+pub fn fixed_size_bytes(shape: &[i64], itemsize: usize) -> Option<usize> {
+    if shape.len() > MAX_DIMS || itemsize == 0 {
+        return None;
+    }
+    let unit = itemsize as u128;
+    let mut nonzero: u128 = 1;
+    let mut empty = false;
+    for &dim in shape {
+        let dim = u128::try_from(dim).ok()?; // negative: refused by Python
+        empty |= dim == 0;
+        nonzero = nonzero.checked_mul(dim.max(1))?;
+        if nonzero * unit > MAX_ELEMENTS_BYTES {
+            return None;
+        }
+    }
+    if empty {
+        return Some(0);
+    }
+    usize::try_from(nonzero * unit).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +154,25 @@ mod tests {
             parameters: shared_memory(),
         }];
         assert!(!is_plain(&on_output));
+    }
+
+    #[test]
+    fn fixed_sizes_as_element_count_reckons_them() {
+        assert_eq!(fixed_size_bytes(&[], 4), Some(4)); // a scalar: one element
+        assert_eq!(fixed_size_bytes(&[2, 3], 4), Some(24));
+        assert_eq!(fixed_size_bytes(&[1, 16], 1), Some(16));
+        assert_eq!(fixed_size_bytes(&[0, 5], 8), Some(0));
+        assert_eq!(fixed_size_bytes(&[1; MAX_DIMS], 2), Some(2));
+    }
+
+    #[test]
+    fn what_element_count_refuses_is_none() {
+        assert_eq!(fixed_size_bytes(&[1; MAX_DIMS + 1], 2), None); // too many dimensions
+        assert_eq!(fixed_size_bytes(&[4, -1], 4), None); // negative
+        assert_eq!(fixed_size_bytes(&[i64::MAX], 1), Some(i64::MAX as usize));
+        assert_eq!(fixed_size_bytes(&[i64::MAX], 2), None); // past numpy's largest array
+        assert_eq!(fixed_size_bytes(&[0, i64::MAX, 2], 1), None); // even with a zero dimension, as Python
+        assert_eq!(fixed_size_bytes(&[1 << 32, 1 << 32], 1), None);
+        assert_eq!(fixed_size_bytes(&[4], 0), None); // BYTES is not fixed-size
     }
 }

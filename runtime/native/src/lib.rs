@@ -31,7 +31,10 @@ pub mod send_bound;
 pub mod service;
 pub mod stream;
 pub mod unanswered;
+pub mod wire_format;
 
+#[cfg(feature = "python")]
+mod py_arrays;
 #[cfg(feature = "python")]
 mod py_buffers;
 #[cfg(feature = "python")]

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use tonic::{Code, Status};
 
@@ -15,8 +17,9 @@ use crate::budget::CallLimits;
 use crate::grpc_port::serve;
 use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
+use crate::py_arrays::ExportedArray;
 use crate::py_buffers::Contiguous;
-use crate::py_request::{parameter, request_view, InferRequestView};
+use crate::py_request::{parameter, request_view, Arrays, InferRequestView};
 use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answering, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
@@ -27,6 +30,7 @@ pub struct GrpcCore {
     core: Arc<Core>,
     limits: ConnectionLimits,
     serving: Serving<()>,
+    numpy: GILOnceCell<Arrays>, // what a request's arrays are built with, from its first request
 }
 
 #[pymethods]
@@ -87,6 +91,7 @@ impl GrpcCore {
             core: Arc::new(core),
             limits,
             serving: Serving::new("grpc-core", "gRPC core", threads),
+            numpy: GILOnceCell::new(),
         })
     }
 
@@ -137,6 +142,7 @@ impl GrpcCore {
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
+        let numpy = self.numpy.get_or_try_init(py, || Arrays::new(py))?;
         for work in batch {
             let item = match work {
                 Work::Infer {
@@ -147,7 +153,7 @@ impl GrpcCore {
                     py,
                     Call {
                         method: MODEL_INFER.to_string(),
-                        request: Some(request_view(py, request)?),
+                        request: Some(request_view(py, request, numpy)?),
                         payload: Bytes::new(),
                         size,
                         reply: Mutex::new(Some(reply)),
@@ -252,6 +258,56 @@ impl Call {
             other => other,
         };
         self.answer(Err(Status::new(code, message)))
+    }
+
+    /// Answers ModelInfer with an `InferResponse` (its `model_name`, `model_version`, `id`, `parameters` and
+    /// `outputs`) where every output is a numpy array this core writes as it is ([`ExportedArray::of`]): read in
+    /// place, encoded with the GIL released. False, with nothing done: some output is not (BYTES, another
+    /// order, not contiguous), for `reply_infer` after Python's conversion.
+    fn reply_response(&self, py: Python<'_>, response: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let outputs = response.getattr(intern!(py, "outputs"))?;
+        let outputs = outputs.downcast::<PyDict>()?;
+        let mut tensors = Vec::with_capacity(outputs.len());
+        let mut arrays = Vec::with_capacity(outputs.len());
+        for (name, array) in outputs.iter() {
+            let Some(exported) = ExportedArray::of(&array) else {
+                return Ok(false);
+            };
+            tensors.push(InferOutputTensor {
+                name: name.extract()?,
+                datatype: exported.datatype().to_owned(),
+                shape: exported.shape(),
+                parameters: Parameters::new(),
+            });
+            arrays.push(exported);
+        }
+        let mut params = Parameters::new();
+        for (key, value) in response
+            .getattr(intern!(py, "parameters"))?
+            .downcast::<PyDict>()?
+            .iter()
+        {
+            params.insert(key.extract()?, parameter(&value)?);
+        }
+        let head = ModelInferResponseHead {
+            model_name: response.getattr(intern!(py, "model_name"))?.extract()?,
+            model_version: response.getattr(intern!(py, "model_version"))?.extract()?,
+            id: response.getattr(intern!(py, "id"))?.extract()?,
+            parameters: params,
+            outputs: tensors,
+        };
+        let Some(reply) = lock(&self.reply).take() else {
+            return Err(PyRuntimeError::new_err("this call was answered already"));
+        };
+        py.allow_threads(|| {
+            let slices: Vec<&[u8]> = arrays.iter().map(ExportedArray::bytes).collect();
+            let answer = encode_response(&head, &slices);
+            self.answering.send(move || {
+                let _ = reply.send(Ok(answer)); // the client may have gone
+            });
+        });
+        drop(arrays);
+        Ok(true)
     }
 
     /// Answers ModelInfer: `outputs` are (name, datatype, shape, data) with data any C-contiguous buffer of

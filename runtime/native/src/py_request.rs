@@ -6,10 +6,11 @@ use std::ffi::{c_int, c_void};
 
 use bytes::Bytes;
 use pyo3::exceptions::PyBufferError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::grpc_plain::is_plain;
+use crate::grpc_plain::{fixed_size_bytes, is_plain};
 use crate::messages::{
     InferParameter, InferTensorContents, ModelInferRequest, ParameterChoice, Parameters,
 };
@@ -144,6 +145,82 @@ pub struct InferRequestView {
     raw_input_contents: Py<PyList>,
     /// Where the request is plain ([`crate::grpc_plain`]): (name, datatype, shape, raw contents) per input.
     plain: Option<Py<PyList>>,
+    /// Where it is plain and every input a fixed-size datatype whose bytes fit its shape (every check of
+    /// `dtypes.tensor_from_raw` passes): name -> the input as a numpy array over the core's bytes.
+    arrays: Option<Py<PyDict>>,
+    /// With `arrays`: name -> datatype per input.
+    declared: Option<Py<PyDict>>,
+    /// Requested output name -> its parameters, in the request's order.
+    output_parameters: Py<PyDict>,
+}
+
+/// The wire datatypes of a fixed size: (name, numpy's name for its dtype, bytes per element).
+const FIXED: [(&str, &str, usize); 12] = [
+    ("BOOL", "bool", 1),
+    ("UINT8", "uint8", 1),
+    ("UINT16", "uint16", 2),
+    ("UINT32", "uint32", 4),
+    ("UINT64", "uint64", 8),
+    ("INT8", "int8", 1),
+    ("INT16", "int16", 2),
+    ("INT32", "int32", 4),
+    ("INT64", "int64", 8),
+    ("FP16", "float16", 2),
+    ("FP32", "float32", 4),
+    ("FP64", "float64", 8),
+];
+
+/// What building a plain request's arrays takes from numpy: `frombuffer` and each fixed-size datatype's dtype.
+/// Made once per core, on its first request.
+pub struct Arrays {
+    frombuffer: Py<PyAny>,
+    dtypes: Vec<Py<PyAny>>, // in FIXED's order
+}
+
+impl Arrays {
+    pub fn new(py: Python<'_>) -> PyResult<Self> {
+        let numpy = py.import("numpy")?;
+        let dtype = numpy.getattr("dtype")?;
+        let dtypes = FIXED
+            .iter()
+            .map(|(_, name, _)| dtype.call1((*name,)).map(Bound::unbind))
+            .collect::<PyResult<_>>()?;
+        Ok(Self {
+            frombuffer: numpy.getattr("frombuffer")?.unbind(),
+            dtypes,
+        })
+    }
+
+    /// The inputs as arrays (name -> array) and their datatypes (name -> datatype), where each input's datatype
+    /// has a fixed size and its bytes are what its shape asks for; `None` otherwise (Python's checks then run).
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &[(String, String, Vec<i64>)],
+        raw: &Bound<'py, PyList>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>> {
+        let mut fitting = Vec::with_capacity(inputs.len());
+        for (index, (_, datatype, shape)) in inputs.iter().enumerate() {
+            let Some(slot) = FIXED.iter().position(|(wire, _, _)| wire == datatype) else {
+                return Ok(None);
+            };
+            let data = raw.get_item(index)?;
+            if fixed_size_bytes(shape, FIXED[slot].2) != Some(data.len()?) {
+                return Ok(None);
+            }
+            fitting.push((slot, data));
+        }
+        let arrays = PyDict::new(py);
+        let declared = PyDict::new(py);
+        let frombuffer = self.frombuffer.bind(py);
+        for ((name, datatype, shape), (slot, data)) in inputs.iter().zip(fitting) {
+            let flat = frombuffer.call1((data, self.dtypes[slot].bind(py)))?;
+            let array = flat.call_method1(intern!(py, "reshape"), (PyTuple::new(py, shape)?,))?;
+            arrays.set_item(name, array)?;
+            declared.set_item(name, datatype)?;
+        }
+        Ok(Some((arrays, declared)))
+    }
 }
 
 fn parameters(py: Python<'_>, source: Parameters) -> PyResult<Py<PyDict>> {
@@ -162,8 +239,20 @@ fn parameters(py: Python<'_>, source: Parameters) -> PyResult<Py<PyDict>> {
 }
 
 /// Builds the Python view of one decoded request (with the GIL held, once per request of a batch).
-pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<InferRequestView>> {
+pub fn request_view(
+    py: Python<'_>,
+    request: ModelInferRequest,
+    numpy: &Arrays,
+) -> PyResult<Py<InferRequestView>> {
     let plain = is_plain(&request).then(|| PyList::empty(py));
+    let signatures: Vec<(String, String, Vec<i64>)> = match plain {
+        Some(_) => request
+            .inputs
+            .iter()
+            .map(|t| (t.name.clone(), t.datatype.clone(), t.shape.clone()))
+            .collect(),
+        None => Vec::new(),
+    };
     let raw = PyList::empty(py);
     for data in request.raw_input_contents {
         raw.append(Py::new(py, WireBuffer { data })?)?;
@@ -197,15 +286,27 @@ pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<I
         inputs.append(Py::new(py, input)?)?;
     }
     let outputs = PyList::empty(py);
+    let output_parameters = PyDict::new(py);
     for output in request.outputs {
+        let params = parameters(py, output.parameters)?;
+        output_parameters.set_item(&output.name, params.clone_ref(py))?;
         outputs.append(Py::new(
             py,
             OutputTensor {
                 name: output.name,
-                parameters: parameters(py, output.parameters)?,
+                parameters: params,
             },
         )?)?;
     }
+    let built = match plain {
+        // numpy refusing (it cannot, for bytes that fit): Python's path builds them and says why
+        Some(_) => numpy.build(py, &signatures, &raw).ok().flatten(),
+        None => None,
+    };
+    let (arrays, declared) = match built {
+        Some((arrays, declared)) => (Some(arrays.unbind()), Some(declared.unbind())),
+        None => (None, None),
+    };
     let view = InferRequestView {
         model_name: request.model_name,
         model_version: request.model_version,
@@ -215,6 +316,9 @@ pub fn request_view(py: Python<'_>, request: ModelInferRequest) -> PyResult<Py<I
         outputs: outputs.unbind(),
         raw_input_contents: raw.unbind(),
         plain: plain.map(Bound::unbind),
+        arrays,
+        declared,
+        output_parameters: output_parameters.unbind(),
     };
     Py::new(py, view)
 }

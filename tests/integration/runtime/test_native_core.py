@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from ensemble_runtime.dtypes import serialize_bytes
 from ensemble_runtime.errors import InferenceError
-from ensemble_runtime.inference import InferRequest
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
 from ensemble_runtime.protocol.native_grpc import new_core
@@ -161,6 +161,13 @@ def _parity_cases() -> dict[str, tuple[pb.ModelInferRequest, bool]]:
     typed_and_raw.inputs[0].contents.fp32_contents.append(1)
     output_in_shm = _message([4])
     output_in_shm.outputs[0].parameters["shared_memory_region"].string_param = "region"
+    every_fixed = pb.ModelInferRequest(model_name="m")
+    for index, dtype in enumerate(map(np.dtype, ("?", "u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8", "f2", "f4",
+                                                 "f8"))):
+        wire = dtype.name.upper().replace("FLOAT", "FP")
+        _add_input(every_fixed, f"IN{index}", wire, [2, 3], np.arange(6).astype(dtype).tobytes())
+    short_second = _message([4])
+    _add_input(short_second, "IN2", "INT32", [4], bytes(12))
     return {
         "plain": (_message([1, 4]), True),
         "plain, two inputs, BYTES among them": (two, True),
@@ -168,6 +175,13 @@ def _parity_cases() -> dict[str, tuple[pb.ModelInferRequest, bool]]:
         "wrong byte size": (_message([1, 5]), True),
         "negative dimension": (_message([-1, 4]), True),
         "malformed BYTES": (_message([3], "BYTES"), True),
+        "every fixed-size datatype": (every_fixed, True),
+        "a scalar": (_message([], raw=[bytes(4)]), True),
+        "an empty tensor": (_message([0, 4], raw=[b""]), True),
+        "too many dimensions": (_message([1] * 33, raw=[bytes(4)]), True),
+        "larger than any tensor": (_message([2**62, 4], raw=[b""]), True),
+        "a zero dimension beside a huge one": (_message([0, 2**62], raw=[b""]), True),
+        "second input's bytes short": (short_second, True),
         "an input twice": (input_twice, False),
         "an output twice": (output_twice, False),
         "BF16": (_message([4], "BF16", [bytes(8)]), False),
@@ -199,6 +213,10 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
         from_view = _decoded(grpc_codec.decode_view, view)
         from_protobuf = _decoded(grpc_codec.decode_request, request)
         assert from_view == from_protobuf
+        if view.plain is not None:  # the core built the arrays where every input is fixed-size and fits its bytes
+            fixed = all(datatype != "BYTES" for _, datatype, _, _ in view.plain)
+            assert (view.arrays is not None) == (fixed and isinstance(from_view[0], InferRequest))
+            assert (view.declared is not None) == (view.arrays is not None)
         if view.plain is not None and isinstance(from_view[0], InferRequest):  # decoded: numbers read in place
             inputs = grpc_codec.decode_view(view)[0].inputs
             for name, datatype, _, data in view.plain:
@@ -206,3 +224,63 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
         call.fail(13, "done")
         with pytest.raises(grpc.RpcError):
             await pending
+
+
+def _reply_cases() -> dict[str, tuple[dict[str, np.ndarray], bool]]:
+    """Outputs, and whether the core writes them as they are (`Call.reply_response`) or leaves them to Python."""
+    numbers = np.arange(12)
+    cases: dict[str, tuple[dict[str, np.ndarray], bool]] = {
+        dtype.name: ({"OUT": numbers.astype(dtype).reshape(3, 4)}, True)
+        for dtype in map(np.dtype, (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                    np.uint32, np.uint64, np.float16, np.float32, np.float64))
+    }
+    cases |= {
+        "longlong": ({"OUT": numbers.astype(np.longlong)}, True),
+        "scalar": ({"OUT": np.array(2.5, np.float32)}, True),
+        "empty": ({"OUT": np.zeros((0, 3), np.int32)}, True),
+        "two outputs": ({"A": numbers.astype(np.float32), "B": numbers[:5].astype(np.int64)}, True),
+        "none": ({}, True),
+        "bytes": ({"OUT": np.array([b"ab", b""], dtype=np.object_)}, False),
+        "big-endian": ({"OUT": numbers.astype(">f4")}, False),
+        "not contiguous": ({"OUT": numbers.astype(np.float32).reshape(3, 4)[:, ::2]}, False),
+        "fortran order": ({"OUT": np.asfortranarray(numbers.astype(np.int32).reshape(3, 4))}, False),
+        "one of two bytes": ({"A": numbers.astype(np.float32), "B": np.array([b"x"], dtype=np.object_)}, False),
+        "a subclass": ({"OUT": np.ma.masked_array(numbers.astype(np.float32))}, False),
+    }
+    return cases
+
+
+_REPLIES = _reply_cases()
+
+
+@pytest.mark.parametrize("case", list(_REPLIES))
+async def test_responses_written_by_the_core_as_by_python(
+    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], case: str,
+) -> None:
+    """`Call.reply_response` writes an answer whose outputs are all plain numpy arrays, with the same message
+    `grpc_codec.encode_response` makes of it; for anything else it does nothing and says so, and Python's
+    conversion answers (the call is still unanswered)."""
+    outputs, written = _REPLIES[case]
+    response = InferResponse("m", "3", outputs, id="q", parameters={"flag": True, "n": -3, "x": 0.5, "s": "t"})
+    _, port, batches = core
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, _message([1]), timeout=30))
+        call = await _next_call(batches)
+        assert call.reply_response(response) is written
+        refused = None
+        if not written:
+            try:
+                call.reply_infer("m", "3", "q", response.parameters, grpc_codec.output_payloads(response))
+            except InferenceError as exc:  # a dtype Triton has no name for: Python's own refusal
+                refused = exc.message
+                call.fail(13, refused)
+        with pytest.raises(RuntimeError):
+            call.fail(13, "twice")  # a call is answered once
+        if refused is not None:
+            with pytest.raises(grpc.RpcError) as error:
+                await pending
+            assert error.value.details() == refused == "numpy dtype >f4 has no Triton equivalent"
+            return
+        answered = await pending
+    assert answered == grpc_codec.encode_response(response)
