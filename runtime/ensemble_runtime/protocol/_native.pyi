@@ -90,6 +90,9 @@ class InferRequestView:
     @property
     def output_parameters(self) -> dict[str, dict[str, ParamValue]]:
         """Requested output -> its parameters, in the request's order."""
+    @property
+    def size(self) -> int:
+        """The request message's size in bytes."""
 
 @final
 class Call:
@@ -120,7 +123,13 @@ class StreamCall:
     @property
     def method(self) -> str: ...
     def want(self) -> None: ...
-    def send(self, message: bytes) -> int: ...  # 0 sent, 1 window full (wait for StreamWritable), 2 ended
+    def send(self, message: bytes | EncodedMessage) -> int: ...  # 0 sent, 1 full (wait for StreamWritable), 2 ended
+    @staticmethod
+    def encode_response(
+        response: InferResponse | None, id: str, model_name: str, model_version: str, last: bool
+    ) -> EncodedMessage | None:
+        """A ModelStreamInferResponse for `response` with its final flag; None where an output is not a plain
+        numpy array. No response: the id, model name and version, and the flag."""
     def answered(self) -> None: ...  # a request read is answered (its last response sent, or it has none)
     def close(self) -> None: ...
     def fail(self, code: int, message: str) -> None: ...
@@ -134,9 +143,22 @@ class StreamFrame:
     @property
     def payload(self) -> bytes | None: ...
     @property
+    def has_payload(self) -> bool: ...
+    def request(self) -> InferRequestView | None:
+        """The payload decoded as a ModelInfer request (DecodeError where it is none); None without one."""
+    @property
     def code(self) -> int: ...
     @property
     def message(self) -> str: ...
+
+@final
+class EncodedMessage:
+    """A response message the core encoded, for `StreamCall.send`."""
+
+    def __len__(self) -> int: ...
+
+class DecodeError(ValueError):
+    """A frame's bytes are no ModelInferRequest."""
 
 @final
 class StreamWritable:

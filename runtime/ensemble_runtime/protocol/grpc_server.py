@@ -21,7 +21,7 @@ from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
 from ensemble_runtime.protocol.decode_guard import add_guarded
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
-from ensemble_runtime.protocol.grpc_stream import StreamSession
+from ensemble_runtime.protocol.grpc_stream import ProtobufCodec, StreamSession
 from ensemble_runtime.protocol.offload import sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.repository_plane import RepositoryPlane
@@ -169,7 +169,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return await _guard(context, lambda: self._infer(request))
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
-        async for message in StreamSession(self._dp, self._stream_limit).run(request_iterator):
+        async for message in StreamSession(self._dp, ProtobufCodec(), self._stream_limit).run(request_iterator):
             yield message
 
 

@@ -12,6 +12,10 @@ sent without a response becomes an empty response only when the request asked fo
 
 `answered`, when given, is called once per request after its last message was taken from the session (the native
 core's stream ends on a connection that gave way once the requests it read are answered).
+
+What a request is and what a message is belong to the front end (`StreamCodec`): under grpcio protobuf messages
+both ways (`ProtobufCodec`); through the native core the core's decoded view in and its encoded messages out
+(`native_stream.NativeCodec`), so no protobuf object is built on that path.
 """
 
 from __future__ import annotations
@@ -19,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from tritonclient.grpc import service_pb2 as pb
 
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError, bounded, internal, invalid
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol.offload import sized
-from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.shared_memory import SharedMemoryRegistry, ShmRef, output_refs
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -37,18 +41,72 @@ _DONE = object()
 _ANSWERED = object()  # follows a request's last message
 
 
-class StreamSession:
+R = TypeVar("R")  # a request as the front end reads it
+M = TypeVar("M")  # a message as it writes it
+R_contra = TypeVar("R_contra", contravariant=True)
+M_co = TypeVar("M_co", covariant=True)
+
+
+class StreamCodec(Protocol[R_contra, M_co]):
+    """A front end's requests and messages, for `StreamSession`. A request has `id`, `model_name` and
+    `model_version`."""
+
+    def size(self, request: R_contra) -> int:
+        """Its size in bytes (whether decoding it goes to a thread)."""
+
+    def take_empty_final(self, request: R_contra) -> bool:
+        """Reads and removes `triton_enable_empty_final_response` (`InferenceError` if it is no bool)."""
+
+    def decode(self, request: R_contra, shm: SharedMemoryRegistry) -> tuple[InferRequest, dict[str, str]]:
+        """The request and its declared datatypes, as ModelInfer decodes them."""
+
+    async def response(self, request: R_contra, response: InferResponse, final: bool, shm: SharedMemoryRegistry,
+                       refs: dict[str, ShmRef]) -> M_co:
+        """The message carrying one response (outputs in `refs` written to their shared memory)."""
+
+    def bare(self, request: R_contra, final: bool) -> M_co:
+        """A message with no response: the request's id, model name and version, and the final flag."""
+
+    def error(self, request: R_contra, message: str, final: bool) -> M_co:
+        """A message with an error for the request."""
+
+
+class ProtobufCodec:
+    """grpcio's: protobuf requests, protobuf messages."""
+
+    def size(self, request: pb.ModelInferRequest) -> int:
+        return int(request.ByteSize())
+
+    def take_empty_final(self, request: pb.ModelInferRequest) -> bool:
+        return _take_empty_final(request)
+
+    def decode(self, request: pb.ModelInferRequest, shm: SharedMemoryRegistry) -> tuple[InferRequest, dict[str, str]]:
+        return grpc_codec.decode_request(request, shm)
+
+    async def response(self, request: pb.ModelInferRequest, response: InferResponse, final: bool,
+                       shm: SharedMemoryRegistry, refs: dict[str, ShmRef]) -> pb.ModelStreamInferResponse:
+        return await encode_streamed(response, final, shm, refs)
+
+    def bare(self, request: pb.ModelInferRequest, final: bool) -> pb.ModelStreamInferResponse:
+        response = _bare(request)
+        response.parameters[FINAL].bool_param = final
+        return pb.ModelStreamInferResponse(infer_response=response)
+
+    def error(self, request: pb.ModelInferRequest, message: str, final: bool) -> pb.ModelStreamInferResponse:
+        return stream_error(request, message, final=final)
+
+
+class StreamSession(Generic[R, M]):
     """One ModelStreamInfer call over the data plane."""
 
-    def __init__(self, dataplane: DataPlane, limit: int = DEFAULT_LIMIT,
+    def __init__(self, dataplane: DataPlane, codec: StreamCodec[R, M], limit: int = DEFAULT_LIMIT,
                  answered: Callable[[], None] | None = None) -> None:
         self._dp = dataplane
+        self._codec = codec
         self._limit = max(1, limit)
         self._answered = answered
 
-    async def run(
-        self, requests: AsyncIterator[pb.ModelInferRequest]
-    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
+    async def run(self, requests: AsyncIterator[R]) -> AsyncGenerator[M, None]:
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[Any] = asyncio.Queue(maxsize=self._limit)
         slots = asyncio.Semaphore(self._limit)
@@ -56,7 +114,7 @@ class StreamSession:
         failure: list[BaseException] = []
         answered = self._answered
 
-        async def answer(request: pb.ModelInferRequest) -> None:
+        async def answer(request: R) -> None:
             try:
                 async with contextlib.aclosing(self._answer(request)) as messages:
                     async for message in messages:
@@ -99,22 +157,26 @@ class StreamSession:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _answer(self, request: pb.ModelInferRequest) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
+    async def _answer(self, request: R) -> AsyncGenerator[M, None]:
         """The stream messages for one request: its responses, or an error message naming what went wrong."""
+        codec = self._codec
         try:
-            empty_final = _take_empty_final(request)
+            empty_final = codec.take_empty_final(request)
             shm = self._dp.shared_memory  # inputs and outputs may live in registered regions, as in ModelInfer
-            decoded, declared = await sized(request.ByteSize(), grpc_codec.decode_request, request, shm)
+            decoded, declared = await sized(codec.size(request), codec.decode, request, shm)
             refs = output_refs(decoded.output_parameters)
             async with contextlib.aclosing(self._dp.infer_stream(decoded, declared)) as responses:
                 async for item in responses:
-                    message = await _message(request, item, empty_final, shm, refs)
-                    if message is not None:
-                        yield message
+                    if item.error is not None:
+                        yield codec.error(request, item.error.message, item.final)
+                    elif item.response is not None:
+                        yield await codec.response(request, item.response, item.final, shm, refs)
+                    elif empty_final:
+                        yield codec.bare(request, item.final)
         except InferenceError as exc:
-            yield _error(request, exc.message, final=True)
+            yield codec.error(request, exc.message, True)
         except Exception as exc:
-            yield _error(request, str(internal(f"{type(exc).__name__}: {exc}")), final=True)
+            yield codec.error(request, str(internal(f"{type(exc).__name__}: {exc}")), True)
 
 
 def _take_empty_final(request: pb.ModelInferRequest) -> bool:
@@ -129,31 +191,21 @@ def _take_empty_final(request: pb.ModelInferRequest) -> bool:
     return enabled
 
 
-async def _message(
-    request: pb.ModelInferRequest,
-    item: StreamResponse,
-    empty_final: bool,
-    shm: SharedMemoryRegistry | None = None,
-    refs: dict[str, ShmRef] | None = None,
-) -> pb.ModelStreamInferResponse | None:
-    if item.error is not None:
-        return _error(request, item.error.message, final=item.final)
-    if item.response is None:
-        if not empty_final:
-            return None
-        response = _bare(request)
-    else:
-        size = sum(int(array.nbytes) for array in item.response.outputs.values())
-        response = await sized(size, grpc_codec.encode_response, item.response, shm, refs)
-    response.parameters[FINAL].bool_param = item.final
-    return pb.ModelStreamInferResponse(infer_response=response)
+async def encode_streamed(response: InferResponse, final: bool, shm: SharedMemoryRegistry | None = None,
+                          refs: dict[str, ShmRef] | None = None) -> pb.ModelStreamInferResponse:
+    """The protobuf message carrying `response` with its final flag (encoded in a thread when large)."""
+    size = sum(int(array.nbytes) for array in response.outputs.values())
+    message = await sized(size, grpc_codec.encode_response, response, shm, refs)
+    message.parameters[FINAL].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=message)
 
 
-def _bare(request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+def _bare(request: Any) -> pb.ModelInferResponse:
     return pb.ModelInferResponse(id=request.id, model_name=request.model_name, model_version=request.model_version)
 
 
-def _error(request: pb.ModelInferRequest, message: str, *, final: bool) -> pb.ModelStreamInferResponse:
+def stream_error(request: Any, message: str, *, final: bool) -> pb.ModelStreamInferResponse:
+    """An error message for a request (anything with its `id`, `model_name` and `model_version`)."""
     response = _bare(request)
     response.parameters[FINAL].bool_param = final
     return pb.ModelStreamInferResponse(error_message=bounded(message), infer_response=response)

@@ -1,8 +1,11 @@
-"""Streams through the native core. ModelStreamInfer: its raw frames feed the same `StreamSession` the grpcio
-front end runs; the session pulls requests (one `want` per request it reads), so its in-flight limit still
-bounds how much of the stream the core reads; responses go out through the core's bounded window (`Outlet`),
-so when the client stops reading the session waits, as HTTP/2 flow control makes it wait under grpcio. Health Watch: the health servicer's own Watch, writing through
-the stream, ended when the client goes away."""
+"""Streams through the native core. ModelStreamInfer: its frames, decoded by the core into the view ModelInfer
+gets (`StreamFrame.request`), feed the same `StreamSession` the grpcio front end runs, and its responses are
+encoded by the core (`StreamCall.encode_response`; `NativeCodec`): no protobuf object on the way, except for an
+error, or outputs the core does not write as they are (BYTES, shared memory). The session pulls requests (one
+`want` per request it reads), so its in-flight limit still bounds how much of the stream the core reads;
+responses go out through the core's bounded window (`Outlet`), so when the client stops reading the session
+waits, as HTTP/2 flow control makes it wait under grpcio. Health Watch: the health servicer's own Watch, writing
+through the stream, ended when the client goes away."""
 
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2
-from tritonclient.grpc import service_pb2 as pb
 
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import bounded
-from ensemble_runtime.protocol._native import StreamCall, StreamFrame
-from ensemble_runtime.protocol.grpc_stream import StreamSession
+from ensemble_runtime.errors import bounded, invalid
+from ensemble_runtime.inference import InferRequest, InferResponse
+from ensemble_runtime.protocol import grpc_codec
+from ensemble_runtime.protocol._native import EncodedMessage, InferRequestView, StreamCall, StreamFrame
+from ensemble_runtime.protocol.grpc_stream import EMPTY_FINAL, StreamSession, encode_streamed, stream_error
 from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, RpcAbort
+from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.shared_memory import SharedMemoryRegistry, ShmRef
 
 log = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -28,9 +34,9 @@ M = TypeVar("M")
 class Inbound(Generic[M]):
     """The requests of one stream, parsed, as the frames the core reads come in (`deliver`)."""
 
-    def __init__(self, stream: StreamCall, parse: Callable[[bytes], M]) -> None:
+    def __init__(self, stream: StreamCall, parse: Callable[[StreamFrame], M]) -> None:
         self._stream = stream
-        self._parse = parse
+        self._parse = parse  # a frame's request, from its payload
         self._method = stream.method.rsplit("/", 1)[-1]
         self._frames: asyncio.Queue[StreamFrame] = asyncio.Queue()
 
@@ -43,13 +49,12 @@ class Inbound(Generic[M]):
     async def __anext__(self) -> M:
         self._stream.want()
         frame = await self._frames.get()
-        payload = frame.payload
-        if payload is None:
+        if not frame.has_payload:
             if frame.code == 0:
                 raise StopAsyncIteration
             raise RpcAbort(frame.code, frame.message)
         try:
-            return self._parse(payload)
+            return self._parse(frame)
         except Exception as exc:  # the answer decode_guard gives under grpcio
             raise RpcAbort(INVALID_ARGUMENT, f"the {self._method} request is not a valid protobuf message "
                                              f"({type(exc).__name__})") from exc
@@ -82,7 +87,7 @@ class Outlet:
         self._gone = True
         self._writable.set()
 
-    async def send(self, message: bytes) -> bool:
+    async def send(self, message: bytes | EncodedMessage) -> bool:
         """Sends one message, waiting for room; False when the stream has ended (the client went away)."""
         while not self._gone:
             self._writable.clear()  # a notice taken after the refusal below wakes the wait
@@ -109,12 +114,59 @@ class StreamContext:
         raise RpcAbort(code.value[0], details)
 
 
-def model_infer_inbound(stream: StreamCall) -> Inbound[pb.ModelInferRequest]:
-    return Inbound(stream, pb.ModelInferRequest.FromString)
+def _frame_request(frame: StreamFrame) -> InferRequestView:
+    request = frame.request()
+    assert request is not None  # a frame with a payload
+    return request
+
+
+def model_infer_inbound(stream: StreamCall) -> Inbound[InferRequestView]:
+    return Inbound(stream, _frame_request)
 
 
 def watch_inbound(stream: StreamCall) -> Inbound[health_pb2.HealthCheckRequest]:
-    return Inbound(stream, health_pb2.HealthCheckRequest.FromString)
+    return Inbound(stream, lambda frame: health_pb2.HealthCheckRequest.FromString(frame.payload or b""))
+
+
+StreamMessage = bytes | EncodedMessage
+
+
+class NativeCodec:
+    """The native core's requests (`InferRequestView`) and messages (encoded by the core where it can)."""
+
+    def size(self, request: InferRequestView) -> int:
+        return request.size
+
+    def take_empty_final(self, request: InferRequestView) -> bool:
+        """As `grpc_stream._take_empty_final` reads it from protobuf: a bool, removed from the parameters."""
+        parameters = request.parameters
+        if EMPTY_FINAL not in parameters:
+            return False
+        value = parameters.pop(EMPTY_FINAL)
+        if not isinstance(value, bool):
+            raise invalid(f"invalid value type for '{EMPTY_FINAL}' parameter, expected bool_param.")
+        return value
+
+    def decode(self, request: InferRequestView, shm: SharedMemoryRegistry) -> tuple[InferRequest, dict[str, str]]:
+        return grpc_codec.decode_view(request, shm)
+
+    async def response(self, request: InferRequestView, response: InferResponse, final: bool,
+                       shm: SharedMemoryRegistry, refs: dict[str, ShmRef]) -> StreamMessage:
+        if not refs:
+            size = sum(int(array.nbytes) for array in response.outputs.values())
+            encoded = await sized(size, StreamCall.encode_response, response, "", "", "", final)
+            if encoded is not None:
+                return encoded
+        message = await encode_streamed(response, final, shm, refs)
+        return bytes(message.SerializeToString())
+
+    def bare(self, request: InferRequestView, final: bool) -> StreamMessage:
+        encoded = StreamCall.encode_response(None, request.id, request.model_name, request.model_version, final)
+        assert encoded is not None  # no outputs: always the core's
+        return encoded
+
+    def error(self, request: InferRequestView, message: str, final: bool) -> StreamMessage:
+        return bytes(stream_error(request, message, final=final).SerializeToString())
 
 
 async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet,
@@ -149,13 +201,13 @@ async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet
         stream.close()
 
 
-async def answer_stream(stream: StreamCall, inbound: Inbound[pb.ModelInferRequest], outlet: Outlet,
+async def answer_stream(stream: StreamCall, inbound: Inbound[InferRequestView], outlet: Outlet,
                         dataplane: DataPlane, limit: int) -> None:
     """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
     status."""
     try:
-        async for message in StreamSession(dataplane, limit, stream.answered).run(inbound):
-            if not await outlet.send(message.SerializeToString()):
+        async for message in StreamSession(dataplane, NativeCodec(), limit, stream.answered).run(inbound):
+            if not await outlet.send(message):
                 break  # the client went away
     except RpcAbort as abort:
         stream.fail(abort.code, abort.details)

@@ -76,6 +76,11 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add_class::<py_stream::StreamCall>()?;
     module.add_class::<py_stream::StreamFrame>()?;
     module.add_class::<py_stream::StreamWritable>()?;
+    module.add_class::<py_stream::EncodedMessage>()?;
+    module.add(
+        "DecodeError",
+        module.py().get_type::<py_stream::DecodeError>(),
+    )?;
     module.add_class::<py_request::InferRequestView>()?;
     module.add_class::<py_request::InputTensor>()?;
     module.add_class::<py_request::OutputTensor>()?;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use prost::encoding::{encode_key, encode_varint, WireType};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
 
 /// One request or response parameter: `oneof parameter_choice`.
@@ -136,9 +136,75 @@ pub fn encode_response(head: &ModelInferResponseHead, payloads: &[&[u8]]) -> Byt
     out.freeze()
 }
 
+/// `ModelStreamInferResponse.infer_response` (field 2; field 1, `error_message`, is left empty).
+const STREAM_INFER_RESPONSE: u32 = 2;
+
+/// The serialized `ModelStreamInferResponse` carrying the `ModelInferResponse` that [`encode_response`] writes,
+/// in one buffer: the payloads are copied once.
+pub fn encode_stream_response(head: &ModelInferResponseHead, payloads: &[&[u8]]) -> Bytes {
+    let tails: usize = payloads
+        .iter()
+        .map(|p| key_len(RAW_OUTPUT_CONTENTS) + encoded_len_varint(p.len() as u64) + p.len())
+        .sum();
+    let inner = head.encoded_len() + tails;
+    let mut out = BytesMut::with_capacity(
+        key_len(STREAM_INFER_RESPONSE) + encoded_len_varint(inner as u64) + inner,
+    );
+    encode_key(STREAM_INFER_RESPONSE, WireType::LengthDelimited, &mut out);
+    encode_varint(inner as u64, &mut out);
+    head.encode(&mut out).expect("BytesMut grows as needed");
+    for payload in payloads {
+        encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, &mut out);
+        encode_varint(payload.len() as u64, &mut out);
+        out.put_slice(payload);
+    }
+    out.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone, PartialEq, Message)]
+    struct StreamResponse {
+        #[prost(string, tag = "1")]
+        error_message: String,
+        #[prost(message, optional, tag = "2")]
+        infer_response: Option<FullResponse>,
+    }
+
+    #[test]
+    fn stream_response_wraps_the_response() {
+        let mut parameters = Parameters::new();
+        parameters.insert(
+            "triton_final_response".into(),
+            InferParameter {
+                choice: Some(ParameterChoice::Bool(true)),
+            },
+        );
+        let head = ModelInferResponseHead {
+            model_name: "m".into(),
+            id: "7".into(),
+            parameters,
+            outputs: vec![InferOutputTensor {
+                name: "OUT".into(),
+                datatype: "INT8".into(),
+                shape: vec![200],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let big = [3u8; 200]; // a two-byte length inside, and outside
+        for payloads in [vec![&big[..]], vec![], vec![&[][..], &big[..]]] {
+            let bytes = encode_stream_response(&head, &payloads);
+            let decoded = StreamResponse::decode(bytes).unwrap();
+            assert_eq!(decoded.error_message, "");
+            let full = decoded.infer_response.unwrap();
+            assert_eq!((full.model_name.as_str(), full.outputs.len()), ("m", 1));
+            let raw: Vec<Vec<u8>> = payloads.iter().map(|p| p.to_vec()).collect();
+            assert_eq!(full.raw_output_contents, raw);
+        }
+    }
 
     /// The same message as ModelInferResponse with its raw_output_contents field, for checking the
     /// hand-written tail.

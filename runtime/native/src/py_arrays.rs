@@ -1,11 +1,66 @@
 //! An answer's numpy arrays read as wire tensors: each array's datatype ([`crate::wire_format`]), shape and bytes
 //! from its buffer, in place, so that Python hands the whole response over in one call.
 
+/// An `InferResponse` (its `model_name`, `model_version`, `id`, `parameters` and `outputs`) as the head of a
+/// `ModelInferResponse` and its outputs' arrays, with `extra` parameters added after its own; `None` where some
+/// output is not an array [`ExportedArray::of`] takes (BYTES, another byte order, not contiguous), for Python's
+/// conversion.
+pub fn answer_head(
+    response: &Bound<'_, PyAny>,
+    extra: &[(&str, bool)],
+) -> PyResult<Option<(ModelInferResponseHead, Vec<ExportedArray>)>> {
+    let py = response.py();
+    let outputs = response.getattr(intern!(py, "outputs"))?;
+    let outputs = outputs.downcast::<PyDict>()?;
+    let mut tensors = Vec::with_capacity(outputs.len());
+    let mut arrays = Vec::with_capacity(outputs.len());
+    for (name, array) in outputs.iter() {
+        let Some(exported) = ExportedArray::of(&array) else {
+            return Ok(None);
+        };
+        tensors.push(InferOutputTensor {
+            name: name.extract()?,
+            datatype: exported.datatype().to_owned(),
+            shape: exported.shape(),
+            parameters: Parameters::new(),
+        });
+        arrays.push(exported);
+    }
+    let mut params = Parameters::new();
+    let own = response.getattr(intern!(py, "parameters"))?;
+    for (key, value) in own.downcast::<PyDict>()?.iter() {
+        params.insert(key.extract()?, parameter(&value)?);
+    }
+    for (key, value) in extra {
+        params.insert((*key).to_owned(), bool_parameter(*value));
+    }
+    let head = ModelInferResponseHead {
+        model_name: response.getattr(intern!(py, "model_name"))?.extract()?,
+        model_version: response.getattr(intern!(py, "model_version"))?.extract()?,
+        id: response.getattr(intern!(py, "id"))?.extract()?,
+        parameters: params,
+        outputs: tensors,
+    };
+    Ok(Some((head, arrays)))
+}
+
+/// A boolean `InferParameter`.
+pub fn bool_parameter(value: bool) -> crate::messages::InferParameter {
+    crate::messages::InferParameter {
+        choice: Some(crate::messages::ParameterChoice::Bool(value)),
+    }
+}
+
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::messages::{InferOutputTensor, ModelInferResponseHead, Parameters};
+use crate::py_request::parameter;
 
 /// One exported array: its buffer stays exported (the array alive, its memory in place) until this is dropped.
 /// Dropping it takes the GIL: drop it where the GIL is held.

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -17,7 +16,7 @@ use crate::budget::CallLimits;
 use crate::grpc_port::serve;
 use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
-use crate::py_arrays::ExportedArray;
+use crate::py_arrays::{answer_head, ExportedArray};
 use crate::py_buffers::Contiguous;
 use crate::py_request::{parameter, request_view, Arrays, InferRequestView};
 use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answering, Serving};
@@ -30,7 +29,7 @@ pub struct GrpcCore {
     core: Arc<Core>,
     limits: ConnectionLimits,
     serving: Serving<()>,
-    numpy: GILOnceCell<Arrays>, // what a request's arrays are built with, from its first request
+    numpy: GILOnceCell<Arc<Arrays>>, // what a request's arrays are built with, from its first request
 }
 
 #[pymethods]
@@ -142,7 +141,9 @@ impl GrpcCore {
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
-        let numpy = self.numpy.get_or_try_init(py, || Arrays::new(py))?;
+        let numpy = self
+            .numpy
+            .get_or_try_init(py, || Arrays::new(py).map(Arc::new))?;
         for work in batch {
             let item = match work {
                 Work::Infer {
@@ -153,7 +154,7 @@ impl GrpcCore {
                     py,
                     Call {
                         method: MODEL_INFER.to_string(),
-                        request: Some(request_view(py, request, numpy)?),
+                        request: Some(request_view(py, request, numpy, size)?),
                         payload: Bytes::new(),
                         size,
                         reply: Mutex::new(Some(reply)),
@@ -178,7 +179,9 @@ impl GrpcCore {
                 )?
                 .into_any(),
                 Work::StreamOpen(link) => Py::new(py, StreamCall::new(link))?.into_any(),
-                Work::StreamFrame(frame) => Py::new(py, StreamFrame::new(frame))?.into_any(),
+                Work::StreamFrame(frame) => {
+                    Py::new(py, StreamFrame::new(frame, numpy.clone()))?.into_any()
+                }
                 Work::StreamWritable(id) => Py::new(py, StreamWritable::new(id))?.into_any(),
             };
             out.append(item)?;
@@ -265,36 +268,8 @@ impl Call {
     /// place, encoded with the GIL released. False, with nothing done: some output is not (BYTES, another
     /// order, not contiguous), for `reply_infer` after Python's conversion.
     fn reply_response(&self, py: Python<'_>, response: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let outputs = response.getattr(intern!(py, "outputs"))?;
-        let outputs = outputs.downcast::<PyDict>()?;
-        let mut tensors = Vec::with_capacity(outputs.len());
-        let mut arrays = Vec::with_capacity(outputs.len());
-        for (name, array) in outputs.iter() {
-            let Some(exported) = ExportedArray::of(&array) else {
-                return Ok(false);
-            };
-            tensors.push(InferOutputTensor {
-                name: name.extract()?,
-                datatype: exported.datatype().to_owned(),
-                shape: exported.shape(),
-                parameters: Parameters::new(),
-            });
-            arrays.push(exported);
-        }
-        let mut params = Parameters::new();
-        for (key, value) in response
-            .getattr(intern!(py, "parameters"))?
-            .downcast::<PyDict>()?
-            .iter()
-        {
-            params.insert(key.extract()?, parameter(&value)?);
-        }
-        let head = ModelInferResponseHead {
-            model_name: response.getattr(intern!(py, "model_name"))?.extract()?,
-            model_version: response.getattr(intern!(py, "model_version"))?.extract()?,
-            id: response.getattr(intern!(py, "id"))?.extract()?,
-            parameters: params,
-            outputs: tensors,
+        let Some((head, arrays)) = answer_head(response, &[])? else {
+            return Ok(false);
         };
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));

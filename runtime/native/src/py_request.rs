@@ -152,6 +152,8 @@ pub struct InferRequestView {
     declared: Option<Py<PyDict>>,
     /// Requested output name -> its parameters, in the request's order.
     output_parameters: Py<PyDict>,
+    /// The request message's size in bytes.
+    size: usize,
 }
 
 /// The wire datatypes of a fixed size: (name, numpy's name for its dtype, bytes per element).
@@ -243,6 +245,7 @@ pub fn request_view(
     py: Python<'_>,
     request: ModelInferRequest,
     numpy: &Arrays,
+    size: usize,
 ) -> PyResult<Py<InferRequestView>> {
     let plain = is_plain(&request).then(|| PyList::empty(py));
     let signatures: Vec<(String, String, Vec<i64>)> = match plain {
@@ -319,6 +322,7 @@ pub fn request_view(
         arrays,
         declared,
         output_parameters: output_parameters.unbind(),
+        size,
     };
     Py::new(py, view)
 }

@@ -1,15 +1,44 @@
 //! ModelStreamInfer for Python: a `StreamCall` per stream (ask for the next frame, send responses, end it) and a
 //! `StreamFrame` per frame read.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tonic::{Code, Status};
 
 use crate::busy::StreamRequests;
+use crate::messages::{
+    encode_stream_response, ModelInferRequest, ModelInferResponseHead, Parameters,
+};
+use crate::py_arrays::{answer_head, bool_parameter, ExportedArray};
+use crate::py_request::{request_view, Arrays, InferRequestView};
 use crate::stream::{Frame, Offer, Outbound, StreamLink};
+
+pyo3::create_exception!(
+    _native,
+    DecodeError,
+    pyo3::exceptions::PyValueError,
+    "A frame's bytes are no ModelInferRequest (protobuf's exception has the same name)."
+);
+
+/// Where a streamed response says whether it is its request's last (`grpc_stream.FINAL`).
+const FINAL: &str = "triton_final_response";
+
+/// A response message encoded by the core, for `StreamCall.send`.
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
+pub struct EncodedMessage {
+    data: Bytes,
+}
+
+#[pymethods]
+impl EncodedMessage {
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+}
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct StreamCall {
@@ -75,19 +104,63 @@ impl StreamCall {
         self.want.add_permits(1);
     }
 
-    /// Offers one serialized response message: 0 sent, 1 the window is full (offer it again after this
-    /// stream's `StreamWritable`), 2 the stream has ended (the client went away).
-    fn send(&self, message: &[u8]) -> u8 {
+    /// Offers one response message (serialized bytes, or an `EncodedMessage`): 0 sent, 1 the window is full
+    /// (offer it again after this stream's `StreamWritable`), 2 the stream has ended (the client went away).
+    fn send(&self, message: &Bound<'_, PyAny>) -> PyResult<u8> {
+        let data = match message.downcast::<EncodedMessage>() {
+            Ok(encoded) => encoded.get().data.clone(),
+            Err(_) => Bytes::copy_from_slice(message.extract::<&[u8]>()?),
+        };
         let offer = match self
             .outbound
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            Some(outbound) => outbound.offer(Bytes::copy_from_slice(message)),
+            Some(outbound) => outbound.offer(data),
             None => Offer::Closed,
         };
-        offer as u8
+        Ok(offer as u8)
+    }
+
+    /// A `ModelStreamInferResponse` carrying `response` (an `InferResponse`) with its `triton_final_response`
+    /// set to `last`, encoded with the GIL released; None where an output is not a plain numpy array (Python's
+    /// conversion then). For no response (a decoupled request's empty final response): one with only the
+    /// request's `id`, `model_name`, `model_version` and the flag.
+    #[staticmethod]
+    #[pyo3(signature = (response, id, model_name, model_version, last))]
+    fn encode_response(
+        py: Python<'_>,
+        response: Option<&Bound<'_, PyAny>>,
+        id: String,
+        model_name: String,
+        model_version: String,
+        last: bool,
+    ) -> PyResult<Option<EncodedMessage>> {
+        let (head, arrays) = match response {
+            Some(response) => match answer_head(response, &[(FINAL, last)])? {
+                Some(built) => built,
+                None => return Ok(None),
+            },
+            None => {
+                let mut parameters = Parameters::new();
+                parameters.insert(FINAL.to_owned(), bool_parameter(last));
+                let head = ModelInferResponseHead {
+                    model_name,
+                    model_version,
+                    id,
+                    parameters,
+                    outputs: Vec::new(),
+                };
+                (head, Vec::new())
+            }
+        };
+        let data = py.allow_threads(|| {
+            let slices: Vec<&[u8]> = arrays.iter().map(ExportedArray::bytes).collect();
+            encode_stream_response(&head, &slices)
+        });
+        drop(arrays);
+        Ok(Some(EncodedMessage { data }))
     }
 
     /// One request the stream read is answered: its last response was sent (or it has none). A connection that
@@ -119,10 +192,11 @@ pub struct StreamFrame {
     payload: Option<Bytes>,
     code: i32,
     message: String,
+    numpy: Arc<Arrays>,
 }
 
 impl StreamFrame {
-    pub fn new(frame: Frame) -> Self {
+    pub fn new(frame: Frame, numpy: Arc<Arrays>) -> Self {
         let (payload, code, message) = match frame.frame {
             Ok(payload) => (payload, 0, String::new()),
             Err(status) => (None, status.code() as i32, status.message().to_string()),
@@ -132,6 +206,7 @@ impl StreamFrame {
             payload,
             code,
             message,
+            numpy,
         }
     }
 }
@@ -147,6 +222,24 @@ impl StreamFrame {
     #[getter]
     fn payload<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         self.payload.as_ref().map(|p| PyBytes::new(py, p))
+    }
+
+    /// The payload decoded as a ModelInfer request (as `Call.request` is); DecodeError where it is none. None
+    /// at the end of the requests or when reading failed.
+    fn request(&self, py: Python<'_>) -> PyResult<Option<Py<InferRequestView>>> {
+        let Some(payload) = self.payload.clone() else {
+            return Ok(None);
+        };
+        let size = payload.len();
+        let request = ModelInferRequest::decode(payload)
+            .map_err(|_| DecodeError::new_err("the frame is not a ModelInferRequest"))?;
+        request_view(py, request, &self.numpy, size).map(Some)
+    }
+
+    /// Whether the frame carries a request (not the end of the requests, nor a failure).
+    #[getter]
+    fn has_payload(&self) -> bool {
+        self.payload.is_some()
     }
 
     #[getter]

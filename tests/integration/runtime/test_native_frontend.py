@@ -11,6 +11,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from ensemble_runtime.dtypes import serialize_bytes
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
@@ -221,6 +222,50 @@ def test_stream_infer_answers_each_request(servers: dict[str, RuntimeProcess]) -
     assert answers["native"] == answers["grpcio"]
     assert answers["native"]["s-3"] == ("", [6.0] * 16)
     assert "unknown model" in answers["native"]["bad"][0]
+
+
+def _types_request(request_id: str, requested: list[str] | None = None) -> pb.ModelInferRequest:
+    """A request for `types` (fp16, int8, bool and BYTES through Identity), asking for `requested` outputs."""
+    request = pb.ModelInferRequest(model_name="types", id=request_id)
+    arrays = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+              "flag_in": np.array([[True, False]])}
+    for name, array in arrays.items():
+        request.inputs.add(name=name, datatype={"f": "FP16", "i": "INT8", "b": "BOOL"}[array.dtype.kind],
+                           shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    request.inputs.add(name="text_in", datatype="BYTES", shape=[1, 2])
+    request.raw_input_contents.append(serialize_bytes(np.array([[b"ab", b""]], dtype=np.object_)))
+    for name in requested or []:
+        request.outputs.add(name=name)
+    return request
+
+
+def test_stream_messages_as_grpcio_writes_them(servers: dict[str, RuntimeProcess]) -> None:
+    """The native core decodes each frame and writes each response itself (Python's conversion where an output
+    is BYTES): every message the same as grpcio's, field for field."""
+    plain = _infer_request("add_sub", [1, 16], np.arange(16, dtype=np.float32).tobytes(), id="plain")
+    plain.parameters["triton_enable_empty_final_response"].bool_param = True  # read, and not passed on
+    not_bool = _infer_request("add_sub", [1, 16], bytes(64), id="not-bool")
+    not_bool.parameters["triton_enable_empty_final_response"].int64_param = 1
+    with_params = _infer_request("add_sub", [1, 16], bytes(64), id="params")
+    with_params.parameters["sequence_id"].int64_param = 0
+    with_params.outputs.add(name="OUTPUT1")
+    short = _infer_request("add_sub", [1, 16], bytes(60), id="short")
+    requests = [plain, not_bool, with_params, short, _types_request("numbers", ["fp16_out", "int8_out", "flag_out"]),
+                _types_request("with-text"), _infer_request("no_such_model", [1, 16], bytes(64), id="unknown")]
+    answers: dict[str, dict[str, pb.ModelStreamInferResponse]] = {}
+    for name, proc in servers.items():
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            messages = list(stub.ModelStreamInfer(iter(requests), timeout=30))
+        answers[name] = {message.infer_response.id: message for message in messages}
+        assert len(answers[name]) == len(requests)
+    assert answers["native"] == answers["grpcio"]
+    native = answers["native"]
+    assert [native[i].error_message == "" for i in ("plain", "params", "numbers", "with-text")] == [True] * 4
+    assert "triton_enable_empty_final_response" in native["not-bool"].error_message
+    assert "unexpected total byte size 60" in native["short"].error_message
+    assert [o.datatype for o in native["with-text"].infer_response.outputs] == ["FP16", "INT8", "BOOL", "BYTES"]
 
 
 def test_stream_frame_that_does_not_decode_ends_the_stream(servers: dict[str, RuntimeProcess]) -> None:
