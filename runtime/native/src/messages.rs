@@ -122,17 +122,30 @@ pub struct ModelInferResponseHead {
 
 const RAW_OUTPUT_CONTENTS: u32 = 6;
 
+/// The length of a `ModelInferResponse` of `head` and `payloads` as [`write_response`] writes it.
+fn response_len(head: &ModelInferResponseHead, payloads: &[&[u8]]) -> usize {
+    let tails: usize = payloads
+        .iter()
+        .map(|p| key_len(RAW_OUTPUT_CONTENTS) + encoded_len_varint(p.len() as u64) + p.len())
+        .sum();
+    head.encoded_len() + tails
+}
+
+/// Writes the head, then one `raw_output_contents` entry per payload, copied once from `payloads`.
+fn write_response(head: &ModelInferResponseHead, payloads: &[&[u8]], out: &mut BytesMut) {
+    head.encode(out).expect("BytesMut grows as needed");
+    for payload in payloads {
+        encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, out);
+        encode_varint(payload.len() as u64, out);
+        out.put_slice(payload);
+    }
+}
+
 /// The serialized `ModelInferResponse`: the head, then one `raw_output_contents` entry per payload, copied
 /// once from `payloads` into the message.
 pub fn encode_response(head: &ModelInferResponseHead, payloads: &[&[u8]]) -> Bytes {
-    let tails: usize = payloads.iter().map(|p| p.len() + 16).sum();
-    let mut out = BytesMut::with_capacity(head.encoded_len() + tails);
-    head.encode(&mut out).expect("BytesMut grows as needed");
-    for payload in payloads {
-        encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, &mut out);
-        encode_varint(payload.len() as u64, &mut out);
-        out.put_slice(payload);
-    }
+    let mut out = BytesMut::with_capacity(response_len(head, payloads));
+    write_response(head, payloads, &mut out);
     out.freeze()
 }
 
@@ -142,22 +155,13 @@ const STREAM_INFER_RESPONSE: u32 = 2;
 /// The serialized `ModelStreamInferResponse` carrying the `ModelInferResponse` that [`encode_response`] writes,
 /// in one buffer: the payloads are copied once.
 pub fn encode_stream_response(head: &ModelInferResponseHead, payloads: &[&[u8]]) -> Bytes {
-    let tails: usize = payloads
-        .iter()
-        .map(|p| key_len(RAW_OUTPUT_CONTENTS) + encoded_len_varint(p.len() as u64) + p.len())
-        .sum();
-    let inner = head.encoded_len() + tails;
+    let inner = response_len(head, payloads);
     let mut out = BytesMut::with_capacity(
         key_len(STREAM_INFER_RESPONSE) + encoded_len_varint(inner as u64) + inner,
     );
     encode_key(STREAM_INFER_RESPONSE, WireType::LengthDelimited, &mut out);
     encode_varint(inner as u64, &mut out);
-    head.encode(&mut out).expect("BytesMut grows as needed");
-    for payload in payloads {
-        encode_key(RAW_OUTPUT_CONTENTS, WireType::LengthDelimited, &mut out);
-        encode_varint(payload.len() as u64, &mut out);
-        out.put_slice(payload);
-    }
+    write_response(head, payloads, &mut out);
     out.freeze()
 }
 
