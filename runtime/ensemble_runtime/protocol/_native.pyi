@@ -204,6 +204,12 @@ class BinaryInfer:
     @property
     def outputs(self) -> dict[str, dict[str, ParamValue]]:
         """Requested output name -> its parameters, in order."""
+    @property
+    def arrays(self) -> dict[str, NDArray[Any]] | None:
+        """Name -> input array over the body's bytes, where every input's bytes fit its fixed-size datatype."""
+    @property
+    def declared(self) -> dict[str, str] | None:
+        """With `arrays`: name -> datatype per input."""
 
 def binary_infer(header_length: str | None, body: bytes) -> BinaryInfer | None:
     """What the core reads from an infer body (as `HttpCall.binary`), or None where it leaves it to Python."""
@@ -231,6 +237,8 @@ class HttpCall:
     @property
     def binary(self) -> BinaryInfer | None:
         """The body as the core read it when it has the common binary shape; None: decode `body`."""
+    def reply_binary_response(self, response: InferResponse) -> bool:
+        """`reply_binary` from the response's own arrays; False (nothing sent) where one is not plain."""
     def reply_binary(
         self, model_name: str, model_version: str, id: str, parameters: Mapping[str, ParamValue],
         outputs: Sequence[tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]],

@@ -350,16 +350,22 @@ def encode_infer_parts(
 BinaryOutput = tuple[str, str, tuple[int, ...], Chunk]  # name, datatype, shape, its binary data
 
 
+def all_binary(response: InferResponse, decoded: DecodedInfer) -> bool:
+    """Whether every output (there is one at least) goes back as binary data after the JSON header: none as
+    JSON, none in shared memory."""
+    if not response.outputs or sends_to_shared_memory(decoded.request.output_parameters):
+        return False
+    return all(map(decoded.binary, response.outputs))
+
+
 def binary_outputs(response: InferResponse, decoded: DecodedInfer) -> list[BinaryOutput] | None:
     """Every output as (name, datatype, shape, binary data), in order, when all of them go back as binary data
     after the JSON header (none as JSON, none in shared memory); None otherwise. The data is what
     `encode_infer_parts` appends."""
-    if not response.outputs or sends_to_shared_memory(decoded.request.output_parameters):
+    if not all_binary(response, decoded):
         return None
     outputs: list[BinaryOutput] = []
     for name, array in response.outputs.items():
-        if not decoded.binary(name):
-            return None
         wire = dtypes.numpy_to_wire(array.dtype)
         outputs.append((name, wire, array.shape, _chunk(wire, array)))
     return outputs

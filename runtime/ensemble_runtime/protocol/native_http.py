@@ -23,7 +23,7 @@ from aiohttp import web
 from ensemble_runtime.dataplane import HTTP_ENDPOINT, DataPlane
 from ensemble_runtime.dtypes import tensor_from_raw
 from ensemble_runtime.errors import InferenceError, bounded
-from ensemble_runtime.inference import InferRequest, InferResponse, Tensor
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import http_codec as codec
 from ensemble_runtime.protocol import status_codes
 from ensemble_runtime.protocol._native import BinaryInfer, HttpCall, HttpCore
@@ -84,11 +84,13 @@ def decode_call(call: HttpCall, shm: SharedMemoryRegistry | None) -> codec.Decod
 def decode_binary(binary: BinaryInfer, model: str, version: str) -> codec.DecodedInfer:
     """What `codec.decode_infer_request` makes of a body the core read: the core made its structural checks,
     the tensors are checked against their bytes here, in the same order, with the same messages."""
-    inputs: dict[str, Tensor] = {}
-    declared: dict[str, str] = {}
-    for name, wire, shape, data in binary.inputs:
-        inputs[name] = tensor_from_raw(name, wire, shape, data)
-        declared[name] = wire
+    inputs = binary.arrays
+    declared = binary.declared
+    if inputs is None or declared is None:  # some tensor's checks against its bytes are Python's to make
+        inputs, declared = {}, {}
+        for name, wire, shape, data in binary.inputs:
+            inputs[name] = tensor_from_raw(name, wire, shape, data)
+            declared[name] = wire
     outputs = binary.outputs
     request = InferRequest(model, version, inputs, list(outputs), binary.id, binary.parameters, outputs)
     return codec.DecodedInfer(request, declared, binary.binary_default)
@@ -100,6 +102,8 @@ def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResp
         _fail_infer(call, outcome)
         return
     try:
+        if codec.all_binary(outcome, decoded) and call.reply_binary_response(outcome):
+            return  # the core read the arrays and wrote the JSON header, as encode_infer_parts does
         outputs = codec.binary_outputs(outcome, decoded)
         if outputs is not None and call.reply_binary(
             outcome.model_name, outcome.model_version, outcome.id, outcome.parameters, outputs

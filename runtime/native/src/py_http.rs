@@ -7,16 +7,19 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Restriction};
 use crate::http_body::Limit;
 use crate::http_infer::BinaryRequest;
 use crate::http_reply::reply_head;
+use crate::py_arrays::ExportedArray;
 use crate::py_buffers::Contiguous;
 use crate::py_http_binary::{binary_view, head_of, BinaryInfer};
-use crate::py_request::WireBuffer;
+use crate::py_request::{Arrays, WireBuffer};
 use crate::py_serving::{lock, positive_seconds, taking, Answering, Serving};
 
 #[pyclass(
@@ -27,6 +30,7 @@ use crate::py_serving::{lock, positive_seconds, taking, Answering, Serving};
 pub struct PyHttpCore {
     core: Arc<HttpCore>,
     serving: Serving<()>,
+    numpy: GILOnceCell<Arc<Arrays>>, // what a request's arrays are built with, from its first request
 }
 
 #[pymethods]
@@ -74,6 +78,7 @@ impl PyHttpCore {
         Ok(Self {
             core: Arc::new(HttpCore::new(config)?),
             serving: Serving::new("http-core", "HTTP core", threads),
+            numpy: GILOnceCell::new(),
         })
     }
 
@@ -122,6 +127,9 @@ impl PyHttpCore {
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let batch = py.allow_threads(|| self.core.queue.take());
         let out = PyList::empty(py);
+        let numpy = self
+            .numpy
+            .get_or_try_init(py, || Arrays::new(py).map(Arc::new))?;
         for call in batch {
             let InferCall {
                 model,
@@ -139,6 +147,7 @@ impl PyHttpCore {
                 size,
                 body: Py::new(py, WireBuffer::new(body))?,
                 binary,
+                numpy: numpy.clone(),
                 reply: Mutex::new(Some(reply)),
                 answering: self.serving.answering(),
             };
@@ -157,6 +166,14 @@ impl PyHttpCore {
 /// An answer's output as Python hands it: name, datatype, shape, data.
 type PyOutput<'py> = (Bound<'py, PyString>, String, Vec<i64>, PyBuffer<u8>);
 
+/// `object.name`, a str.
+fn text_attribute<'py>(
+    object: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyString>> {
+    Ok(object.getattr(name)?.downcast_into::<PyString>()?)
+}
+
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct HttpCall {
     model: String,
@@ -165,6 +182,7 @@ pub struct HttpCall {
     size: usize,
     body: Py<WireBuffer>,
     binary: Option<BinaryRequest>,
+    numpy: Arc<Arrays>,
     reply: Mutex<Option<tokio::sync::oneshot::Sender<HttpAnswer>>>,
     answering: Answering<()>,
 }
@@ -206,7 +224,7 @@ impl HttpCall {
     fn binary(&self, py: Python<'_>) -> PyResult<Option<Py<BinaryInfer>>> {
         self.binary
             .as_ref()
-            .map(|request| binary_view(py, request))
+            .map(|request| binary_view(py, request, &self.numpy))
             .transpose()
     }
 
@@ -242,6 +260,71 @@ impl HttpCall {
         });
         drop(parts);
         Ok(())
+    }
+
+    /// `reply_binary` for an `InferResponse` whose outputs are all plain numpy arrays (`Call.reply_response`):
+    /// each one's datatype, shape and bytes read from the array in place. False, and nothing sent, where one is
+    /// not, or a value is not one written here exactly: the caller encodes it.
+    fn reply_binary_response(&self, py: Python<'_>, response: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let outputs = response.getattr(intern!(py, "outputs"))?;
+        let outputs = outputs.downcast::<PyDict>()?;
+        let mut names = Vec::with_capacity(outputs.len());
+        let mut described = Vec::with_capacity(outputs.len());
+        let mut arrays = Vec::with_capacity(outputs.len());
+        for (name, array) in outputs.iter() {
+            let Some(exported) = ExportedArray::of(&array) else {
+                return Ok(false);
+            };
+            names.push(name.downcast_into::<PyString>()?);
+            described.push((
+                exported.datatype().to_owned(),
+                exported.shape(),
+                exported.bytes().len(),
+            ));
+            arrays.push(exported);
+        }
+        let (model_name, model_version, id) = (
+            text_attribute(response, intern!(py, "model_name"))?,
+            text_attribute(response, intern!(py, "model_version"))?,
+            text_attribute(response, intern!(py, "id"))?,
+        );
+        let parameters = response.getattr(intern!(py, "parameters"))?;
+        let sized = names
+            .iter()
+            .zip(&described)
+            .map(|(name, (datatype, shape, size))| (name, datatype, shape, *size));
+        let Some(head) = head_of(
+            &model_name,
+            &model_version,
+            &id,
+            parameters.downcast::<PyDict>()?,
+            sized,
+        ) else {
+            return Ok(false);
+        };
+        let Some(reply) = lock(&self.reply).take() else {
+            return Err(PyRuntimeError::new_err("this call was answered already"));
+        };
+        py.allow_threads(|| {
+            let head = reply_head(&head);
+            let size = head.len() + arrays.iter().map(|a| a.bytes().len()).sum::<usize>();
+            let mut body = Vec::with_capacity(size);
+            body.extend_from_slice(head.as_bytes());
+            for array in &arrays {
+                body.extend_from_slice(array.bytes());
+            }
+            let answer = HttpAnswer {
+                status: 200,
+                content_type: "application/octet-stream".to_string(),
+                header_length: Some(head.len()),
+                body: Bytes::from(body),
+            };
+            self.answering.send(move || {
+                let _ = reply.send(answer); // the client may have gone: nothing to tell it
+            });
+        });
+        drop(arrays);
+        Ok(true)
     }
 
     /// Answers 200 with every output as binary data after a JSON header written here, byte for byte as

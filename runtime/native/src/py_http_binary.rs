@@ -8,7 +8,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
-use crate::py_request::WireBuffer;
+use crate::py_request::{Arrays, WireBuffer};
 
 /// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
 /// parameters (without `binary_data_output`, which is `binary_default`), each input as (name, datatype,
@@ -20,6 +20,11 @@ pub struct BinaryInfer {
     binary_default: bool,
     inputs: Py<PyList>,
     outputs: Py<PyDict>,
+    /// Where every input is a fixed-size datatype whose bytes fit its shape: name -> the input as a numpy
+    /// array over the body's bytes (see `InferRequestView.arrays`).
+    arrays: Option<Py<PyDict>>,
+    /// With `arrays`: name -> datatype per input.
+    declared: Option<Py<PyDict>>,
 }
 
 fn params_dict(py: Python<'_>, parameters: &Params) -> PyResult<Py<PyDict>> {
@@ -36,17 +41,32 @@ fn params_dict(py: Python<'_>, parameters: &Params) -> PyResult<Py<PyDict>> {
     Ok(out.unbind())
 }
 
-pub(crate) fn binary_view(py: Python<'_>, request: &BinaryRequest) -> PyResult<Py<BinaryInfer>> {
+pub(crate) fn binary_view(
+    py: Python<'_>,
+    request: &BinaryRequest,
+    numpy: &Arrays,
+) -> PyResult<Py<BinaryInfer>> {
     let inputs = PyList::empty(py);
+    let mut tensors = Vec::with_capacity(request.inputs.len());
     for input in &request.inputs {
-        let item = (
+        let data = Bound::new(py, WireBuffer::new(input.data.clone()))?.into_any();
+        tensors.push((
+            input.name.as_str(),
+            input.datatype.as_str(),
+            &input.shape[..],
+            data.clone(),
+        ));
+        inputs.append((
             &input.name,
             &input.datatype,
             PyTuple::new(py, &input.shape)?,
-            Py::new(py, WireBuffer::new(input.data.clone()))?,
-        );
-        inputs.append(item)?;
+            data,
+        ))?;
     }
+    let (arrays, declared) = match numpy.build(py, &tensors) {
+        Some((arrays, declared)) => (Some(arrays.unbind()), Some(declared.unbind())),
+        None => (None, None),
+    };
     let outputs = PyDict::new(py);
     for output in &request.outputs {
         outputs.set_item(&output.name, params_dict(py, &output.parameters)?)?;
@@ -57,6 +77,8 @@ pub(crate) fn binary_view(py: Python<'_>, request: &BinaryRequest) -> PyResult<P
         binary_default: request.binary_default,
         inputs: inputs.unbind(),
         outputs: outputs.unbind(),
+        arrays,
+        declared,
     };
     Py::new(py, view)
 }
@@ -71,8 +93,9 @@ pub fn binary_infer(
     body: &[u8],
 ) -> PyResult<Option<Py<BinaryInfer>>> {
     let body = Bytes::copy_from_slice(body);
+    let numpy = Arrays::new(py)?;
     binary_request(header_length, &body)
-        .map(|request| binary_view(py, &request))
+        .map(|request| binary_view(py, &request, &numpy))
         .transpose()
 }
 

@@ -193,35 +193,33 @@ impl Arrays {
         })
     }
 
-    /// The inputs as arrays (name -> array) and their datatypes (name -> datatype), where each input's datatype
-    /// has a fixed size and its bytes are what its shape asks for; `None` otherwise (Python's checks then run).
-    fn build<'py>(
+    /// The inputs, (name, datatype, shape, bytes), as arrays (name -> array) and their datatypes (name ->
+    /// datatype), where each input's datatype has a fixed size and its bytes are what its shape asks for; `None`
+    /// otherwise, and where numpy refuses (it cannot, for bytes that fit): Python's checks then run.
+    pub fn build<'py>(
         &self,
         py: Python<'py>,
-        inputs: &[(String, String, Vec<i64>)],
-        raw: &Bound<'py, PyList>,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>> {
-        let mut fitting = Vec::with_capacity(inputs.len());
-        for (index, (_, datatype, shape)) in inputs.iter().enumerate() {
-            let Some(slot) = FIXED.iter().position(|(wire, _, _)| wire == datatype) else {
-                return Ok(None);
-            };
-            let data = raw.get_item(index)?;
-            if fixed_size_bytes(shape, FIXED[slot].2) != Some(data.len()?) {
-                return Ok(None);
+        inputs: &[(&str, &str, &[i64], Bound<'py, PyAny>)],
+    ) -> Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        let mut slots = Vec::with_capacity(inputs.len());
+        for (_, datatype, shape, data) in inputs {
+            let slot = FIXED.iter().position(|(wire, _, _)| wire == datatype)?;
+            if fixed_size_bytes(shape, FIXED[slot].2) != Some(data.len().ok()?) {
+                return None;
             }
-            fitting.push((slot, data));
+            slots.push(slot);
         }
         let arrays = PyDict::new(py);
         let declared = PyDict::new(py);
         let frombuffer = self.frombuffer.bind(py);
-        for ((name, datatype, shape), (slot, data)) in inputs.iter().zip(fitting) {
-            let flat = frombuffer.call1((data, self.dtypes[slot].bind(py)))?;
-            let array = flat.call_method1(intern!(py, "reshape"), (PyTuple::new(py, shape)?,))?;
-            arrays.set_item(name, array)?;
-            declared.set_item(name, datatype)?;
+        for ((name, datatype, shape, data), slot) in inputs.iter().zip(slots) {
+            let flat = frombuffer.call1((data, self.dtypes[slot].bind(py))).ok()?;
+            let shape = PyTuple::new(py, *shape).ok()?;
+            let array = flat.call_method1(intern!(py, "reshape"), (shape,)).ok()?;
+            arrays.set_item(name, array).ok()?;
+            declared.set_item(name, datatype).ok()?;
         }
-        Ok(Some((arrays, declared)))
+        Some((arrays, declared))
     }
 }
 
@@ -248,6 +246,7 @@ pub fn request_view(
     size: usize,
 ) -> PyResult<Py<InferRequestView>> {
     let plain = is_plain(&request).then(|| PyList::empty(py));
+    // (name, datatype, shape) per input of a plain request, for its arrays once its bytes are wrapped
     let signatures: Vec<(String, String, Vec<i64>)> = match plain {
         Some(_) => request
             .inputs
@@ -301,9 +300,20 @@ pub fn request_view(
             },
         )?)?;
     }
+
     let built = match plain {
-        // numpy refusing (it cannot, for bytes that fit): Python's path builds them and says why
-        Some(_) => numpy.build(py, &signatures, &raw).ok().flatten(),
+        Some(_) => {
+            let mut inputs = Vec::with_capacity(signatures.len());
+            for (index, (name, datatype, shape)) in signatures.iter().enumerate() {
+                inputs.push((
+                    name.as_str(),
+                    datatype.as_str(),
+                    &shape[..],
+                    raw.get_item(index)?,
+                ));
+            }
+            numpy.build(py, &inputs)
+        }
         None => None,
     };
     let (arrays, declared) = match built {

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from ensemble_runtime.dtypes import serialize_bytes
 
 from tests.support.runtime_process import RuntimeProcess
 from tests.support.sigterm import answered_through_sigterm
@@ -111,6 +112,39 @@ def test_infer_is_answered_by_the_core_as_aiohttp_answers(servers: dict[str, Run
         out = np.frombuffer(answer[head:], np.float32)
         np.testing.assert_array_equal(out, np.arange(16, dtype=np.float32) + 0.5)
         assert json.loads(answer[:head])["id"] == "r1"
+
+
+@pytest.mark.parametrize("text", ["not asked for", "binary", "JSON"])
+def test_binary_outputs_of_every_kind_as_aiohttp_writes_them(servers: dict[str, RuntimeProcess], text: str) -> None:
+    """`types` (fp16, int8, bool and BYTES through Identity), every input as binary data, byte for byte as aiohttp
+    answers: the numbers alone written by the core from the arrays themselves; with the BYTES output, as binary
+    data or JSON, by Python's encoding."""
+    for proc in servers.values():
+        proc.wait_model_ready("types")
+    arrays = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+              "flag_in": np.array([[True, False]])}
+    inputs: list[dict[str, object]] = []
+    tail = b""
+    for name, array in arrays.items():
+        datatype = {"f": "FP16", "i": "INT8", "b": "BOOL"}[array.dtype.kind]
+        inputs.append({"name": name, "datatype": datatype, "shape": [1, 2],
+                       "parameters": {"binary_data_size": array.nbytes}})
+        tail += array.tobytes()
+    text = serialize_bytes(np.array([[b"ab", b""]], dtype=np.object_))
+    inputs.append({"name": "text_in", "datatype": "BYTES", "shape": [1, 2], "parameters": {"binary_data_size": len(text)}})
+    tail += text
+    outputs = [{"name": n, "parameters": {"binary_data": True}} for n in ("fp16_out", "int8_out", "flag_out")]
+    if text != "not asked for":
+        outputs.append({"name": "text_out", "parameters": {"binary_data": text == "binary"}})
+    head = json.dumps({"id": "t", "inputs": inputs, "outputs": outputs}).encode()
+    headers = {"infer-key": "s3cret", "Content-Type": "application/json",
+               "Inference-Header-Content-Length": str(len(head))}
+    status, reply_headers, answer = _same(servers, "POST", "/v2/models/types/infer", head + tail, headers)
+    assert status == 200, answer
+    length = int(reply_headers["inference-header-content-length"])
+    described = json.loads(answer[:length])["outputs"]
+    assert [o["datatype"] for o in described] == ["FP16", "INT8", "BOOL", "BYTES"][:len(outputs)]
+    assert answer[length:].startswith(tail[:6])  # fp16, int8, bool, in order
 
 
 @pytest.mark.parametrize("case", ["bad_json", "no_inputs", "short_binary", "missing_model", "missing_version",
