@@ -10,8 +10,10 @@ Every streamed response carries Triton's `triton_final_response` parameter; a de
 sent without a response becomes an empty response only when the request asked for it with
 `triton_enable_empty_final_response` (a reserved parameter, not passed on to the model), as in Triton.
 
-`answered`, when given, is called once per request after its last message was taken from the session (the native
-core's stream ends on a connection that gave way once the requests it read are answered).
+`answered`, when given, is called once per request after its last message was sent (the native core's stream ends
+on a connection that gave way once the requests it read are answered). Each request's task writes its own
+messages (`drive`: the native core's window waits for the client); grpcio's servicer takes them from a bounded
+queue instead (`run`).
 
 What a request is and what a message is belong to the front end (`StreamCodec`): under grpcio protobuf messages
 both ways (`ProtobufCodec`); through the native core the core's decoded view in and its encoded messages out
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from tritonclient.grpc import service_pb2 as pb
@@ -38,7 +40,6 @@ EMPTY_FINAL = "triton_enable_empty_final_response"
 FINAL = "triton_final_response"
 DEFAULT_LIMIT = 64
 _DONE = object()
-_ANSWERED = object()  # follows a request's last message
 
 
 R = TypeVar("R")  # a request as the front end reads it
@@ -106,56 +107,72 @@ class StreamSession(Generic[R, M]):
         self._limit = max(1, limit)
         self._answered = answered
 
-    async def run(self, requests: AsyncIterator[R]) -> AsyncGenerator[M, None]:
+    async def drive(self, requests: AsyncIterator[R], send: Callable[[M], Awaitable[bool]]) -> None:
+        """Reads `requests` here and answers each in a task of its own, which writes its messages with `send`
+        (waiting while it waits: the client reads slowly) and then calls `answered`. Returns once the requests
+        ended and every one is answered, or as soon as `send` says the client is gone (False); raises what
+        reading raised (a frame that does not decode), the requests in flight cancelled."""
         loop = asyncio.get_running_loop()
-        out: asyncio.Queue[Any] = asyncio.Queue(maxsize=self._limit)
         slots = asyncio.Semaphore(self._limit)
         tasks: set[asyncio.Task[None]] = set()
-        failure: list[BaseException] = []
+        gone = asyncio.Event()
         answered = self._answered
 
         async def answer(request: R) -> None:
             try:
                 async with contextlib.aclosing(self._answer(request)) as messages:
                     async for message in messages:
-                        await out.put(message)
+                        if not await send(message):
+                            gone.set()
+                            return
                 if answered is not None:
-                    await out.put(_ANSWERED)
+                    answered()
             finally:
                 slots.release()
 
-        async def read() -> None:
+        try:
+            async for request in requests:
+                await slots.acquire()
+                if gone.is_set():
+                    return
+                task = loop.create_task(answer(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks and not gone.is_set():  # a task that finds the client gone ends the rest
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            pending = list(tasks)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def run(self, requests: AsyncIterator[R]) -> AsyncGenerator[M, None]:
+        """`drive` as a generator of the messages (grpcio's servicer yields them): they wait in a bounded
+        queue for the caller to take them."""
+        out: asyncio.Queue[Any] = asyncio.Queue(maxsize=self._limit)
+        failure: list[BaseException] = []
+
+        async def put(message: M) -> bool:
+            await out.put(message)
+            return True
+
+        async def drive() -> None:
             try:
-                async for request in requests:
-                    await slots.acquire()
-                    task = loop.create_task(answer(request))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                while tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                await self.drive(requests, put)
             except Exception as exc:  # the stream itself failed (a frame that does not decode): end it so
                 failure.append(exc)
             finally:
                 await out.put(_DONE)
 
-        reader = loop.create_task(read())
+        driver = asyncio.get_running_loop().create_task(drive())
         try:
-            while True:
-                message = await out.get()
-                if message is _DONE:
-                    break
-                if message is _ANSWERED:
-                    if answered is not None:
-                        answered()
-                    continue
+            while (message := await out.get()) is not _DONE:
                 yield message
             if failure:
                 raise failure[0]
         finally:
-            pending = [reader, *tasks]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            driver.cancel()
+            await asyncio.gather(driver, return_exceptions=True)
 
     async def _answer(self, request: R) -> AsyncGenerator[M, None]:
         """The stream messages for one request: its responses, or an error message naming what went wrong."""

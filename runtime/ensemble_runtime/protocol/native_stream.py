@@ -205,10 +205,8 @@ async def answer_stream(stream: StreamCall, inbound: Inbound[InferRequestView], 
                         dataplane: DataPlane, limit: int) -> None:
     """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
     status."""
-    try:
-        async for message in StreamSession(dataplane, NativeCodec(), limit, stream.answered).run(inbound):
-            if not await outlet.send(message):
-                break  # the client went away
+    try:  # each request's task writes its messages itself
+        await StreamSession(dataplane, NativeCodec(), limit, stream.answered).drive(inbound, outlet.send)
     except RpcAbort as abort:
         stream.fail(abort.code, abort.details)
         return
