@@ -161,8 +161,7 @@ class StreamSession(Generic[R, M]):
                 await self.drive(requests, put)
             except Exception as exc:  # the stream itself failed (a frame that does not decode): end it so
                 failure.append(exc)
-            finally:
-                await out.put(_DONE)
+            await out.put(_DONE)  # not when cancelled: nobody takes it then, and a full queue would hold this
 
         driver = asyncio.get_running_loop().create_task(drive())
         try:
