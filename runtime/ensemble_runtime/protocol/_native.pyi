@@ -125,11 +125,12 @@ class StreamCall:
     def want(self) -> None: ...
     def send(self, message: bytes | EncodedMessage) -> int: ...  # 0 sent, 1 full (wait for StreamWritable), 2 ended
     @staticmethod
-    def encode_response(
-        response: InferResponse | None, id: str, model_name: str, model_version: str, last: bool
-    ) -> EncodedMessage | None:
+    def encode_response(response: InferResponse, last: bool) -> EncodedMessage | None:
         """A ModelStreamInferResponse for `response` with its final flag; None where an output is not a plain
-        numpy array. No response: the id, model name and version, and the flag."""
+        numpy array."""
+    @staticmethod
+    def encode_bare(id: str, model_name: str, model_version: str, last: bool) -> EncodedMessage:
+        """A ModelStreamInferResponse with no response: the id, model name and version, and the final flag."""
     def answered(self) -> None: ...  # a request read is answered (its last response sent, or it has none)
     def close(self) -> None: ...
     def fail(self, code: int, message: str) -> None: ...

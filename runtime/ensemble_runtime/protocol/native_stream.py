@@ -154,19 +154,19 @@ class NativeCodec:
                        shm: SharedMemoryRegistry, refs: dict[str, ShmRef]) -> StreamMessage:
         if not refs:
             size = sum(int(array.nbytes) for array in response.outputs.values())
-            encoded = await sized(size, StreamCall.encode_response, response, "", "", "", final)
+            encoded = await sized(size, StreamCall.encode_response, response, final)
             if encoded is not None:
                 return encoded
         message = await encode_streamed(response, final, shm, refs)
-        return bytes(message.SerializeToString())
+        data: bytes = message.SerializeToString()
+        return data
 
     def bare(self, request: InferRequestView, final: bool) -> StreamMessage:
-        encoded = StreamCall.encode_response(None, request.id, request.model_name, request.model_version, final)
-        assert encoded is not None  # no outputs: always the core's
-        return encoded
+        return StreamCall.encode_bare(request.id, request.model_name, request.model_version, final)
 
     def error(self, request: InferRequestView, message: str, final: bool) -> StreamMessage:
-        return bytes(stream_error(request, message, final=final).SerializeToString())
+        data: bytes = stream_error(request, message, final=final).SerializeToString()
+        return data
 
 
 async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet,

@@ -1,6 +1,37 @@
 //! An answer's numpy arrays read as wire tensors: each array's datatype ([`crate::wire_format`]), shape and bytes
 //! from its buffer, in place, so that Python hands the whole response over in one call.
 
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use crate::messages::{InferOutputTensor, ModelInferResponseHead, Parameters};
+use crate::py_request::parameter;
+
+/// An answer's outputs, (name, array) in order.
+pub type ExportedOutputs<'py> = Vec<(Bound<'py, PyString>, ExportedArray)>;
+
+/// An `InferResponse`'s outputs, (name, array) in order, where every one is an array [`ExportedArray::of`]
+/// takes; `None` otherwise (BYTES, another byte order, not contiguous), for Python's conversion.
+pub fn exported_outputs<'py>(
+    response: &Bound<'py, PyAny>,
+) -> PyResult<Option<ExportedOutputs<'py>>> {
+    let outputs = response.getattr(intern!(response.py(), "outputs"))?;
+    let outputs = outputs.downcast::<PyDict>()?;
+    let mut exported = Vec::with_capacity(outputs.len());
+    for (name, array) in outputs.iter() {
+        let Some(array) = ExportedArray::of(&array) else {
+            return Ok(None);
+        };
+        exported.push((name.downcast_into::<PyString>()?, array));
+    }
+    Ok(Some(exported))
+}
+
 /// An `InferResponse` (its `model_name`, `model_version`, `id`, `parameters` and `outputs`) as the head of a
 /// `ModelInferResponse` and its outputs' arrays, with `extra` parameters added after its own; `None` where some
 /// output is not an array [`ExportedArray::of`] takes (BYTES, another byte order, not contiguous), for Python's
@@ -10,16 +41,14 @@ pub fn answer_head(
     extra: &[(&str, bool)],
 ) -> PyResult<Option<(ModelInferResponseHead, Vec<ExportedArray>)>> {
     let py = response.py();
-    let outputs = response.getattr(intern!(py, "outputs"))?;
-    let outputs = outputs.downcast::<PyDict>()?;
+    let Some(outputs) = exported_outputs(response)? else {
+        return Ok(None);
+    };
     let mut tensors = Vec::with_capacity(outputs.len());
     let mut arrays = Vec::with_capacity(outputs.len());
-    for (name, array) in outputs.iter() {
-        let Some(exported) = ExportedArray::of(&array) else {
-            return Ok(None);
-        };
+    for (name, exported) in outputs {
         tensors.push(InferOutputTensor {
-            name: name.extract()?,
+            name: name.to_str()?.to_owned(),
             datatype: exported.datatype().to_owned(),
             shape: exported.shape(),
             parameters: Parameters::new(),
@@ -50,17 +79,6 @@ pub fn bool_parameter(value: bool) -> crate::messages::InferParameter {
         choice: Some(crate::messages::ParameterChoice::Bool(value)),
     }
 }
-
-use std::ffi::CStr;
-use std::mem::MaybeUninit;
-
-use pyo3::ffi;
-use pyo3::intern;
-use pyo3::prelude::*;
-use pyo3::types::PyDict;
-
-use crate::messages::{InferOutputTensor, ModelInferResponseHead, Parameters};
-use crate::py_request::parameter;
 
 /// One exported array: its buffer stays exported (the array alive, its memory in place) until this is dropped.
 /// Dropping it takes the GIL: drop it where the GIL is held.

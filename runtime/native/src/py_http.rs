@@ -16,7 +16,7 @@ use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Restrictio
 use crate::http_body::Limit;
 use crate::http_infer::BinaryRequest;
 use crate::http_reply::reply_head;
-use crate::py_arrays::ExportedArray;
+use crate::py_arrays::exported_outputs;
 use crate::py_buffers::Contiguous;
 use crate::py_http_binary::{binary_view, head_of, BinaryInfer};
 use crate::py_request::{Arrays, WireBuffer};
@@ -266,16 +266,14 @@ impl HttpCall {
     /// each one's datatype, shape and bytes read from the array in place. False, and nothing sent, where one is
     /// not, or a value is not one written here exactly: the caller encodes it.
     fn reply_binary_response(&self, py: Python<'_>, response: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let outputs = response.getattr(intern!(py, "outputs"))?;
-        let outputs = outputs.downcast::<PyDict>()?;
+        let Some(outputs) = exported_outputs(response)? else {
+            return Ok(false);
+        };
         let mut names = Vec::with_capacity(outputs.len());
         let mut described = Vec::with_capacity(outputs.len());
         let mut arrays = Vec::with_capacity(outputs.len());
-        for (name, array) in outputs.iter() {
-            let Some(exported) = ExportedArray::of(&array) else {
-                return Ok(false);
-            };
-            names.push(name.downcast_into::<PyString>()?);
+        for (name, exported) in outputs {
+            names.push(name);
             described.push((
                 exported.datatype().to_owned(),
                 exported.shape(),

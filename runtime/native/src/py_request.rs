@@ -246,19 +246,31 @@ pub fn request_view(
     size: usize,
 ) -> PyResult<Py<InferRequestView>> {
     let plain = is_plain(&request).then(|| PyList::empty(py));
-    // (name, datatype, shape) per input of a plain request, for its arrays once its bytes are wrapped
-    let signatures: Vec<(String, String, Vec<i64>)> = match plain {
-        Some(_) => request
-            .inputs
-            .iter()
-            .map(|t| (t.name.clone(), t.datatype.clone(), t.shape.clone()))
-            .collect(),
-        None => Vec::new(),
-    };
     let raw = PyList::empty(py);
     for data in request.raw_input_contents {
         raw.append(Py::new(py, WireBuffer { data })?)?;
     }
+    // a plain request's arrays, over the bytes just wrapped (one per input: `is_plain`)
+    let built = match plain {
+        Some(_) => {
+            let mut tensors = Vec::with_capacity(request.inputs.len());
+            for (index, tensor) in request.inputs.iter().enumerate() {
+                let data = raw.get_item(index)?;
+                tensors.push((
+                    tensor.name.as_str(),
+                    tensor.datatype.as_str(),
+                    &tensor.shape[..],
+                    data,
+                ));
+            }
+            numpy.build(py, &tensors)
+        }
+        None => None,
+    };
+    let (arrays, declared) = match built {
+        Some((arrays, declared)) => (Some(arrays.unbind()), Some(declared.unbind())),
+        None => (None, None),
+    };
     let inputs = PyList::empty(py);
     for (index, tensor) in request.inputs.into_iter().enumerate() {
         let has_contents = tensor.contents.is_some();
@@ -301,25 +313,6 @@ pub fn request_view(
         )?)?;
     }
 
-    let built = match plain {
-        Some(_) => {
-            let mut inputs = Vec::with_capacity(signatures.len());
-            for (index, (name, datatype, shape)) in signatures.iter().enumerate() {
-                inputs.push((
-                    name.as_str(),
-                    datatype.as_str(),
-                    &shape[..],
-                    raw.get_item(index)?,
-                ));
-            }
-            numpy.build(py, &inputs)
-        }
-        None => None,
-    };
-    let (arrays, declared) = match built {
-        Some((arrays, declared)) => (Some(arrays.unbind()), Some(declared.unbind())),
-        None => (None, None),
-    };
     let view = InferRequestView {
         model_name: request.model_name,
         model_version: request.model_version,

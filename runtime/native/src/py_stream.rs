@@ -125,35 +125,15 @@ impl StreamCall {
 
     /// A `ModelStreamInferResponse` carrying `response` (an `InferResponse`) with its `triton_final_response`
     /// set to `last`, encoded with the GIL released; None where an output is not a plain numpy array (Python's
-    /// conversion then). For no response (a decoupled request's empty final response): one with only the
-    /// request's `id`, `model_name`, `model_version` and the flag.
+    /// conversion then).
     #[staticmethod]
-    #[pyo3(signature = (response, id, model_name, model_version, last))]
     fn encode_response(
         py: Python<'_>,
-        response: Option<&Bound<'_, PyAny>>,
-        id: String,
-        model_name: String,
-        model_version: String,
+        response: &Bound<'_, PyAny>,
         last: bool,
     ) -> PyResult<Option<EncodedMessage>> {
-        let (head, arrays) = match response {
-            Some(response) => match answer_head(response, &[(FINAL, last)])? {
-                Some(built) => built,
-                None => return Ok(None),
-            },
-            None => {
-                let mut parameters = Parameters::new();
-                parameters.insert(FINAL.to_owned(), bool_parameter(last));
-                let head = ModelInferResponseHead {
-                    model_name,
-                    model_version,
-                    id,
-                    parameters,
-                    outputs: Vec::new(),
-                };
-                (head, Vec::new())
-            }
+        let Some((head, arrays)) = answer_head(response, &[(FINAL, last)])? else {
+            return Ok(None);
         };
         let data = py.allow_threads(|| {
             let slices: Vec<&[u8]> = arrays.iter().map(ExportedArray::bytes).collect();
@@ -161,6 +141,29 @@ impl StreamCall {
         });
         drop(arrays);
         Ok(Some(EncodedMessage { data }))
+    }
+
+    /// A `ModelStreamInferResponse` with no response (a decoupled request's empty final response): only the
+    /// request's `id`, `model_name`, `model_version` and the `triton_final_response` flag.
+    #[staticmethod]
+    fn encode_bare(
+        id: String,
+        model_name: String,
+        model_version: String,
+        last: bool,
+    ) -> EncodedMessage {
+        let mut parameters = Parameters::new();
+        parameters.insert(FINAL.to_owned(), bool_parameter(last));
+        let head = ModelInferResponseHead {
+            model_name,
+            model_version,
+            id,
+            parameters,
+            outputs: Vec::new(),
+        };
+        EncodedMessage {
+            data: encode_stream_response(&head, &[]),
+        }
     }
 
     /// One request the stream read is answered: its last response was sent (or it has none). A connection that
