@@ -184,12 +184,12 @@ def decode_view(view: InferRequestView, shm: SharedMemoryRegistry | None = None)
     known), every structural check has passed already, and the request is built from the core's tensors with
     only the checks of each tensor against its bytes, in the same order; where those pass too for every input
     (fixed-size datatypes, bytes that fit the shape), the core built the arrays already (`view.arrays`)."""
-    plain = view.plain
-    if plain is None:
-        return decode_request(view, shm)
     inputs = view.arrays
     declared = view.declared
     if inputs is None or declared is None:  # some tensor's checks against its bytes are Python's to make
+        plain = view.plain
+        if plain is None:
+            return decode_request(view, shm)
         inputs, declared = {}, {}
         for name, wire, shape, data in plain:
             inputs[name] = tensor_from_raw(name, wire, shape, data)

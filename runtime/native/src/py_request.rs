@@ -8,11 +8,13 @@ use bytes::Bytes;
 use pyo3::exceptions::PyBufferError;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::grpc_plain::{fixed_size_bytes, is_plain};
 use crate::messages::{
-    InferParameter, InferTensorContents, ModelInferRequest, ParameterChoice, Parameters,
+    InferInputTensor, InferParameter, InferTensorContents, ModelInferRequest, ParameterChoice,
+    Parameters,
 };
 
 /// Read-only bytes of the received message, exported through the buffer protocol without a copy.
@@ -134,26 +136,120 @@ pub struct OutputTensor {
     parameters: Py<PyDict>,
 }
 
-#[pyclass(module = "ensemble_runtime.protocol._native", frozen, get_all)]
+/// A decoded request. What every request needs (names, parameters, the raw contents, a plain request's arrays)
+/// is built with it; the protobuf-like `inputs`, `outputs` and `plain` lists only where Python reads them (a
+/// request the core did not find plain, or whose arrays it could not build), from the tensors kept here.
+#[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct InferRequestView {
+    #[pyo3(get)]
     model_name: String,
+    #[pyo3(get)]
     model_version: String,
+    #[pyo3(get)]
     id: String,
+    #[pyo3(get)]
     parameters: Py<PyDict>,
-    inputs: Py<PyList>,
-    outputs: Py<PyList>,
+    #[pyo3(get)]
     raw_input_contents: Py<PyList>,
-    /// Where the request is plain ([`crate::grpc_plain`]): (name, datatype, shape, raw contents) per input.
-    plain: Option<Py<PyList>>,
     /// Where it is plain and every input a fixed-size datatype whose bytes fit its shape (every check of
     /// `dtypes.tensor_from_raw` passes): name -> the input as a numpy array over the core's bytes.
+    #[pyo3(get)]
     arrays: Option<Py<PyDict>>,
     /// With `arrays`: name -> datatype per input.
+    #[pyo3(get)]
     declared: Option<Py<PyDict>>,
     /// Requested output name -> its parameters, in the request's order.
+    #[pyo3(get)]
     output_parameters: Py<PyDict>,
     /// The request message's size in bytes.
+    #[pyo3(get)]
     size: usize,
+    /// Whether the request is plain ([`crate::grpc_plain`]).
+    is_plain: bool,
+    /// The input tensors as decoded, for `inputs` and `plain`.
+    tensors: Vec<InferInputTensor>,
+    /// Each requested output, in the request's order, repeats too, with its parameters, for `outputs`.
+    requested: Vec<(String, Py<PyDict>)>,
+    inputs: GILOnceCell<Py<PyList>>,
+    outputs: GILOnceCell<Py<PyList>>,
+    plain: GILOnceCell<Option<Py<PyList>>>,
+}
+
+#[pymethods]
+impl InferRequestView {
+    /// `InputTensor` per input, as protobuf's repeated field reads (built on first read).
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        self.inputs
+            .get_or_try_init(py, || {
+                let inputs = PyList::empty(py);
+                for tensor in &self.tensors {
+                    inputs.append(Py::new(py, input_tensor(py, tensor)?)?)?;
+                }
+                Ok::<_, PyErr>(inputs.unbind())
+            })
+            .map(|list| list.clone_ref(py))
+    }
+
+    /// `OutputTensor` per requested output, as sent (built on first read).
+    #[getter]
+    fn outputs(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        self.outputs
+            .get_or_try_init(py, || {
+                let outputs = PyList::empty(py);
+                for (name, params) in &self.requested {
+                    let output = OutputTensor {
+                        name: name.clone(),
+                        parameters: params.clone_ref(py),
+                    };
+                    outputs.append(Py::new(py, output)?)?;
+                }
+                Ok::<_, PyErr>(outputs.unbind())
+            })
+            .map(|list| list.clone_ref(py))
+    }
+
+    /// Where the core found the request plain: (name, datatype, shape, raw contents) per input (built on first
+    /// read); None otherwise.
+    #[getter]
+    fn plain(&self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
+        self.plain
+            .get_or_try_init(py, || {
+                if !self.is_plain {
+                    return Ok::<_, PyErr>(None);
+                }
+                let raw = self.raw_input_contents.bind(py);
+                let plain = PyList::empty(py);
+                for (index, tensor) in self.tensors.iter().enumerate() {
+                    let shape = PyTuple::new(py, &tensor.shape)?;
+                    let entry = (
+                        tensor.name.as_str(),
+                        tensor.datatype.as_str(),
+                        shape,
+                        raw.get_item(index)?,
+                    );
+                    plain.append(entry)?;
+                }
+                Ok(Some(plain.unbind()))
+            })
+            .map(|plain| plain.as_ref().map(|list| list.clone_ref(py)))
+    }
+}
+
+fn input_tensor(py: Python<'_>, tensor: &InferInputTensor) -> PyResult<InputTensor> {
+    Ok(InputTensor {
+        name: tensor.name.clone(),
+        datatype: tensor.datatype.clone(),
+        shape: PyTuple::new(py, &tensor.shape)?.unbind(),
+        parameters: parameters(py, tensor.parameters.clone())?,
+        contents: Py::new(
+            py,
+            Contents {
+                inner: tensor.contents.clone().unwrap_or_default(),
+            },
+        )?,
+        has_contents: tensor.contents.is_some(),
+    })
 }
 
 /// The wire datatypes of a fixed size: (name, numpy's name for its dtype, bytes per element).
@@ -245,87 +341,54 @@ pub fn request_view(
     numpy: &Arrays,
     size: usize,
 ) -> PyResult<Py<InferRequestView>> {
-    let plain = is_plain(&request).then(|| PyList::empty(py));
+    let is_plain = is_plain(&request);
     let raw = PyList::empty(py);
     for data in request.raw_input_contents {
         raw.append(Py::new(py, WireBuffer { data })?)?;
     }
     // a plain request's arrays, over the bytes just wrapped (one per input: `is_plain`)
-    let built = match plain {
-        Some(_) => {
-            let mut tensors = Vec::with_capacity(request.inputs.len());
-            for (index, tensor) in request.inputs.iter().enumerate() {
-                let data = raw.get_item(index)?;
-                tensors.push((
-                    tensor.name.as_str(),
-                    tensor.datatype.as_str(),
-                    &tensor.shape[..],
-                    data,
-                ));
-            }
-            numpy.build(py, &tensors)
+    let built = if is_plain {
+        let mut tensors = Vec::with_capacity(request.inputs.len());
+        for (index, tensor) in request.inputs.iter().enumerate() {
+            let data = raw.get_item(index)?;
+            tensors.push((
+                tensor.name.as_str(),
+                tensor.datatype.as_str(),
+                &tensor.shape[..],
+                data,
+            ));
         }
-        None => None,
+        numpy.build(py, &tensors)
+    } else {
+        None
     };
     let (arrays, declared) = match built {
         Some((arrays, declared)) => (Some(arrays.unbind()), Some(declared.unbind())),
         None => (None, None),
     };
-    let inputs = PyList::empty(py);
-    for (index, tensor) in request.inputs.into_iter().enumerate() {
-        let has_contents = tensor.contents.is_some();
-        let shape = PyTuple::new(py, tensor.shape)?;
-        if let Some(plain) = &plain {
-            let entry = (
-                tensor.name.as_str(),
-                tensor.datatype.as_str(),
-                &shape,
-                raw.get_item(index)?,
-            );
-            plain.append(entry)?;
-        }
-        let input = InputTensor {
-            name: tensor.name,
-            datatype: tensor.datatype,
-            shape: shape.unbind(),
-            parameters: parameters(py, tensor.parameters)?,
-            contents: Py::new(
-                py,
-                Contents {
-                    inner: tensor.contents.unwrap_or_default(),
-                },
-            )?,
-            has_contents,
-        };
-        inputs.append(Py::new(py, input)?)?;
-    }
-    let outputs = PyList::empty(py);
     let output_parameters = PyDict::new(py);
+    let mut requested = Vec::with_capacity(request.outputs.len());
     for output in request.outputs {
         let params = parameters(py, output.parameters)?;
         output_parameters.set_item(&output.name, params.clone_ref(py))?;
-        outputs.append(Py::new(
-            py,
-            OutputTensor {
-                name: output.name,
-                parameters: params,
-            },
-        )?)?;
+        requested.push((output.name, params));
     }
-
     let view = InferRequestView {
         model_name: request.model_name,
         model_version: request.model_version,
         id: request.id,
         parameters: parameters(py, request.parameters)?,
-        inputs: inputs.unbind(),
-        outputs: outputs.unbind(),
         raw_input_contents: raw.unbind(),
-        plain: plain.map(Bound::unbind),
         arrays,
         declared,
         output_parameters: output_parameters.unbind(),
         size,
+        is_plain,
+        tensors: request.inputs,
+        requested,
+        inputs: GILOnceCell::new(),
+        outputs: GILOnceCell::new(),
+        plain: GILOnceCell::new(),
     };
     Py::new(py, view)
 }

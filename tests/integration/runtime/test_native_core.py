@@ -226,6 +226,31 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
             await pending
 
 
+async def test_the_views_lists_are_built_once_as_sent(
+    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]],
+) -> None:
+    """The protobuf-like lists of a view (`inputs`, `outputs`, `plain`) are built on first read: the same objects on
+    every read after, with the tensors as sent (a repeated output twice, each with its parameters)."""
+    request = _message([1, 4])
+    request.outputs.add(name="OUT").parameters["binary_data"].bool_param = True
+    _, port, batches = core
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, request, timeout=30))
+        call = await _next_call(batches)
+        view = call.request
+        assert view.arrays is None  # an output twice: not plain
+        assert view.plain is None and view.plain is None
+        inputs, outputs = view.inputs, view.outputs
+        assert view.inputs is inputs and view.outputs is outputs
+        assert [(t.name, t.datatype, t.shape, t.parameters) for t in inputs] == [("IN", "FP32", (1, 4), {"note": "n"})]
+        assert [(o.name, o.parameters) for o in outputs] == [("OUT", {"classification": 2}), ("OUT", {"binary_data": True})]
+        assert view.output_parameters == {"OUT": {"binary_data": True}}
+        call.fail(13, "done")
+        with pytest.raises(grpc.RpcError):
+            await pending
+
+
 def _reply_cases() -> dict[str, tuple[dict[str, np.ndarray], bool]]:
     """Outputs, and whether the core writes them as they are (`Call.reply_response`) or leaves them to Python."""
     numbers = np.arange(12)
