@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
 
 from ensemble_runtime.backends.base import InlineInstance, ModelInstance, QueuingInstance, RunTimes
 from ensemble_runtime.backends.handoff import on_loop
@@ -124,7 +123,8 @@ class Scheduler:
     def _inline(self) -> InlineInstance | None:
         if not self._inlines or self._waiting or not self._idle:
             return None
-        instance = cast(InlineInstance, self._idle[-1])  # `_inlines`: every one is
+        # `_inlines`: every one is; annotated rather than cast(), a call saved twice per request
+        instance: InlineInstance = self._idle[-1]  # type: ignore[assignment]
         return instance if instance.runs_inline() else None
 
     def submit_then(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> None:

@@ -69,6 +69,10 @@ class OnnxInstance:
         self._plain_in = all(_numeric(i.type) for i in session.get_inputs())
         self._plain_out = all(_numeric(o.type) for o in session.get_outputs())
         self._typical_s = 1.0  # moving average of execution time; starts high: the pool until measured
+        # A CPU session's run without the Python wrapper around it (`InferenceSession.run` checks the feed's names,
+        # which `validation.check_inputs` checked against the config already, and retries on another provider
+        # only where a GPU one failed): a few microseconds less per request. None: the wrapper's run.
+        self._run_direct = _direct_run(session) if gpu is None else None
 
     def runs_inline(self) -> bool:
         """Whether an execution now runs on the caller's thread (the loop): the model is fast enough."""
@@ -117,7 +121,10 @@ class OnnxInstance:
         try:
             if self._gpu is not None and bindable(feeds):
                 return io_binding_run(self._session, feeds, self._outputs, "cuda", self._gpu)
-            values = self._session.run(self._outputs, feeds)
+            if self._run_direct is not None:
+                values = self._run_direct(self._outputs, feeds, None)
+            else:
+                values = self._session.run(self._outputs, feeds)
         except Exception as exc:
             raise internal(f"onnxruntime failed running model '{self._name}': {exc}") from None
         if self._plain_out:  # numpy arrays already
@@ -126,6 +133,16 @@ class OnnxInstance:
 
     async def close(self) -> None:
         return None
+
+
+def _direct_run(session: ort.InferenceSession) -> Callable[[list[str], dict[str, Any], Any], list[Any]] | None:
+    """The compiled session's `run` under `session.run`, for a session on the CPU provider alone; None where this
+    onnxruntime has no such attribute (its wrapper's `run` then)."""
+    if session.get_providers() != ["CPUExecutionProvider"]:
+        return None
+    compiled = getattr(session, "_sess", None)
+    run = getattr(compiled, "run", None)
+    return run if callable(run) else None
 
 
 def _on_pool(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, fn: Callable[[Any], T], arg: Any) -> asyncio.Future[T]:
