@@ -276,6 +276,8 @@ class DataPlane:
         if cached is not None and cached.hit is not None:
             answer(self._answered_from(admitted, cached.hit, {}))
             return True
+        if cached is None and self._ran_inline(admitted, scheduler, answer):
+            return True
         loop_thread = threading.get_ident()
         inline = False
 
@@ -301,6 +303,26 @@ class DataPlane:
             raise
         if not inline:  # a model thread has it (or had: it is counted all the same)
             self._settlements.expect(asyncio.get_running_loop())
+        return True
+
+    def _ran_inline(self, admitted: Admitted, scheduler: Scheduler, answer: Answer) -> bool:
+        """`_take_then` for a request that a free instance runs inline now (`Scheduler.run_inline`), no response
+        cache: run here, counted and answered before this returns, without the callback and the settlement a
+        request handed on needs. Nothing else runs on the loop meanwhile, so it is never seen in flight (nor its
+        version taken: no drain can wait on it). False: no instance runs it so now (nothing was done)."""
+        try:
+            result = scheduler.run_inline(admitted.request)
+        except Exception as exc:  # refused, as `submit_then` refuses: a failure in the statistics
+            self._count_failure(admitted, exc, time.perf_counter_ns())
+            raise
+        if result is None:
+            return False
+        end = time.perf_counter_ns()
+        if isinstance(result, BaseException):
+            self._count_failure(admitted, result, end)
+        else:
+            admitted.count_success(end)
+        answer(admitted.outcome(result, {}))
         return True
 
     def _ensemble_then(

@@ -140,6 +140,27 @@ class Scheduler:
         instance = self._inline()
         if instance is None:
             raise internal(f"model '{self.model}': no instance takes a request without a task now")
+        result, compute = self._run_here(instance, request, times)
+        then(result, functools.partial(self._count, request, result, 0, compute, times))
+
+    def run_inline(self, request: BackendRequest) -> BackendResult | None:
+        """`submit_then` without its callback, where a free instance runs inline now: on the loop, the request
+        runs before this returns, which counts its execution (what `submit_then`'s `settle` counts) and returns
+        its result, its outputs or the error; it refuses what `submit` refuses (raising the same errors). None:
+        no instance runs it so now, and nothing was done."""
+        if self._closing:
+            raise unavailable(f"model '{self.model}' is unloading")
+        instance = self._inline() if self._queuing is None else None
+        if instance is None:
+            return None
+        result, compute = self._run_here(instance, request, None)
+        self._count(request, result, 0, compute, None)
+        return result
+
+    def _run_here(
+        self, instance: InlineInstance, request: BackendRequest, times: ComputeTimes | None
+    ) -> tuple[BackendResult, ComputeTimes]:
+        """One request on `instance`, on this thread (the loop), and the phases of its execution."""
         # Nothing yields from here to the end: the instance stays free for the others (as `_run_one` would leave
         # it). The phases as `_run_one` takes them: every one is counted, however short.
         start = time.perf_counter_ns()
@@ -150,10 +171,9 @@ class Scheduler:
             result = failed_results(self.model, exc, 1)[0]
         output_start = time.perf_counter_ns()
         end = time.perf_counter_ns()
-        compute = ComputeTimes(input_end - start, output_start - input_end, end - output_start)
         if times is not None:
             times.ran(start, input_end, output_start, end)
-        then(result, functools.partial(self._count, request, result, 0, compute, times))
+        return result, ComputeTimes(input_end - start, output_start - input_end, end - output_start)
 
     def submit_then_off_loop(self, request: BackendRequest, then: Then, times: ComputeTimes | None = None) -> bool:
         """`submit_then` from a thread other than the loop's (a model's, carrying an ensemble request on to its
