@@ -5,6 +5,7 @@ restricted methods refused before Python sees them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -114,6 +115,22 @@ async def test_forwarded_bytes_and_statuses(
         await allowed
 
 
+@contextlib.asynccontextmanager
+async def _held(
+    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], request: pb.ModelInferRequest,
+) -> AsyncIterator[Call]:
+    """`request` sent to the core by a real client: its call, held until the block ends, then failed."""
+    _, port, batches = core
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, request, timeout=30))
+        call = await _next_call(batches)
+        yield call
+        call.fail(13, "done")
+        with pytest.raises(grpc.RpcError):
+            await pending
+
+
 def _message(shape: list[int], datatype: str = "FP32", raw: list[bytes] | None = None) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="m", model_version="2", id="r")
     request.parameters["priority"].int64_param = 1
@@ -203,11 +220,7 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
     """`decode_view` builds a plain request from the core's tensors: the same request, or the same error, as
     `decode_request` makes of the protobuf message; anything not plain is left to `decode_request`."""
     request, plain = _PARITY[case]
-    _, port, batches = core
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, request, timeout=30))
-        call = await _next_call(batches)
+    async with _held(core, request) as call:
         view = call.request
         assert (view.plain is not None) == plain
         from_view = _decoded(grpc_codec.decode_view, view)
@@ -221,9 +234,6 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
             inputs = grpc_codec.decode_view(view)[0].inputs
             for name, datatype, _, data in view.plain:
                 assert datatype == "BYTES" or _owner(inputs[name]) is data
-        call.fail(13, "done")
-        with pytest.raises(grpc.RpcError):
-            await pending
 
 
 async def test_the_views_lists_are_built_once_as_sent(
@@ -233,11 +243,7 @@ async def test_the_views_lists_are_built_once_as_sent(
     every read after, with the tensors as sent (a repeated output twice, each with its parameters)."""
     request = _message([1, 4])
     request.outputs.add(name="OUT").parameters["binary_data"].bool_param = True
-    _, port, batches = core
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        pending = asyncio.ensure_future(asyncio.to_thread(stub.ModelInfer, request, timeout=30))
-        call = await _next_call(batches)
+    async with _held(core, request) as call:
         view = call.request
         assert view.arrays is None  # an output twice: not plain
         assert view.plain is None and view.plain is None
@@ -246,9 +252,6 @@ async def test_the_views_lists_are_built_once_as_sent(
         assert [(t.name, t.datatype, t.shape, t.parameters) for t in inputs] == [("IN", "FP32", (1, 4), {"note": "n"})]
         assert [(o.name, o.parameters) for o in outputs] == [("OUT", {"classification": 2}), ("OUT", {"binary_data": True})]
         assert view.output_parameters == {"OUT": {"binary_data": True}}
-        call.fail(13, "done")
-        with pytest.raises(grpc.RpcError):
-            await pending
 
 
 def _reply_cases() -> dict[str, tuple[dict[str, np.ndarray], bool]]:
