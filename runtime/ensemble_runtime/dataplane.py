@@ -276,7 +276,7 @@ class DataPlane:
         if cached is not None and cached.hit is not None:
             answer(self._answered_from(admitted, cached.hit, {}))
             return True
-        if cached is None and self._ran_inline(admitted, scheduler, answer):
+        if cached is None and not scheduler.hands_on and self._ran_inline(admitted, scheduler, answer):
             return True
         loop_thread = threading.get_ident()
         inline = False

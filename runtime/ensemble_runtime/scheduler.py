@@ -41,6 +41,9 @@ class Scheduler:
     _slots: asyncio.Semaphore | None = None
     _waiting: int = 0
     _queuing: QueuingInstance | None = None
+    # whether its instances queue calls on their own threads (set by `start`; read, not called, per request: such a
+    # request is handed on, never run inline)
+    hands_on: bool = False
     _outstanding: int = 0  # calls handed to the queuing instance and not yet back
     _drained: asyncio.Event | None = None  # made by `close` while calls are out; set as the last comes back
     _inlines: bool = False  # every instance may run inline (InlineInstance), checked once at start
@@ -62,6 +65,7 @@ class Scheduler:
                 # Their threads are the queue: the next execution starts as one ends, with no round trip
                 # through the loop in between (a semaphore here would cost one per request).
                 self._queuing = queuing[0]
+                self.hands_on = True
             return
         self._batches = BatchQueue(self.model, self.instances, self.policy, self.stats)
         self._batches.start(self._loop)
