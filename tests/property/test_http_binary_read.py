@@ -1,5 +1,5 @@
-"""The native HTTP core reads an infer body of the common binary shape itself (`_native.binary_infer`, as
-`HttpCall.binary`); Python decodes everything else. For any body, what the core read and Python finished
+"""The native HTTP core reads an infer body of the common shapes itself (`_native.binary_infer`, as
+`HttpCall.binary`): binary inputs, and JSON `data` of numbers and booleans; Python decodes everything else. For any body, what the core read and Python finished
 (`native_http.decode_binary`) must be exactly what Python's own decoder makes of it: the same request (values,
 their types, the order of parameters and outputs) or the same error. In process: no server needed.
 """
@@ -176,9 +176,67 @@ def test_tritonclient_bodies_are_read_by_the_core() -> None:
     assert _same(body, str(json_size))
 
 
-def test_a_json_body_is_left_to_python() -> None:
+def test_a_json_body_of_numbers_is_read_by_the_core() -> None:
     x = httpclient.InferInput("X", [2], "INT32")
     x.set_data_from_numpy(np.array([1, 2], np.int32), binary_data=False)
-    body, json_size = httpclient.InferenceServerClient.generate_request_body([x])
+    y = httpclient.InferInput("Y", [1, 3], "FP32")
+    y.set_data_from_numpy(np.array([[0.1, -2.5, 3e-40]], np.float32), binary_data=False)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([x, y])
     assert json_size is None
-    assert binary_infer(None, body) is None
+    assert _same(body, None)
+
+
+def test_json_bytes_and_fp16_are_left_to_python() -> None:
+    s = httpclient.InferInput("S", [1], "BYTES")
+    s.set_data_from_numpy(np.array([b"a"], np.object_), binary_data=False)
+    h = httpclient.InferInput("H", [1], "FP16")
+    h.set_data_from_numpy(np.array([0.5], np.float16), binary_data=False)
+    for tensor in (s, h):
+        body, _ = httpclient.InferenceServerClient.generate_request_body([tensor])
+        assert binary_infer(None, body) is None
+
+
+NUMERIC = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64")
+LEAVES = {
+    "BOOL": st.booleans(),
+    "INT8": st.integers(-(2**7), 2**7 - 1), "INT16": st.integers(-(2**15), 2**15 - 1),
+    "INT32": st.integers(-(2**31), 2**31 - 1), "INT64": st.integers(-(2**63), 2**63 - 1),
+    "UINT8": st.integers(0, 2**8 - 1), "UINT16": st.integers(0, 2**16 - 1),
+    "UINT32": st.integers(0, 2**32 - 1), "UINT64": st.integers(0, 2**64 - 1),
+    "FP32": st.floats(width=32, allow_nan=False, allow_infinity=False) | st.integers(-(2**53), 2**53),
+    "FP64": st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**53), 2**53),
+}
+# What a careless client sends instead: values of another kind, out of range, or too many digits for a double.
+STRAYS = (st.booleans() | st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False)
+          | st.sampled_from([None, "1", 1e39, -1e39, 2**53 + 1]))
+
+
+def _nested(values: list[Any], draw: st.DrawFn) -> list[Any]:
+    """`values` in rows (when they split evenly), sometimes ragged: Python flattens either in row-major order."""
+    if len(values) > 2 and draw(st.booleans()):
+        cut = draw(st.integers(1, len(values) - 1))
+        return [values[:cut], [values[cut:]]] if draw(st.booleans()) else [values[:cut], *values[cut:]]
+    return values
+
+
+@st.composite
+def json_bodies(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A body whose inputs all carry JSON `data`, and whether every value is one the core reads."""
+    inputs: list[dict[str, Any]] = []
+    clean = True
+    for i in range(draw(st.integers(1, 3))):
+        wire = draw(st.sampled_from(NUMERIC))
+        shape = draw(st.lists(st.integers(1, 3), max_size=3))
+        values: list[Any] = draw(st.lists(LEAVES[wire], min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        if draw(st.integers(0, 4)) == 0:  # one value replaced by a stray one
+            values[draw(st.integers(0, len(values) - 1))] = draw(STRAYS)
+            clean = False
+        inputs.append({"name": f"I{i}", "datatype": wire, "shape": shape, "data": _nested(values, draw)})
+    return json.dumps({"inputs": inputs}).encode(), clean
+
+
+@given(case=json_bodies())
+def test_json_numbers_are_read_by_the_core_as_python_reads_them(case: tuple[bytes, bool]) -> None:
+    body, clean = case
+    read = _same(body, None)
+    assert read or not clean, body

@@ -1,7 +1,8 @@
-"""The native HTTP core writes the JSON header of an answer whose outputs all go back as binary data
-(`HttpCall.reply_binary`, its header as `_native.binary_reply_head`); Python encodes every other answer. Where
-the core writes it, it must be byte for byte what the Python encoder (`http_codec.encode_infer_parts`)
-writes, and the binary data the same. In process: no server needed.
+"""The native HTTP core writes the JSON header of an answer whose outputs go back as binary data
+(`HttpCall.reply_binary`, its header as `_native.binary_reply_head`), or, from the response's own arrays, as
+binary data or JSON `data` in the header (`HttpCall.reply_response`, its header as `_native.infer_reply_head`);
+Python encodes every other answer. Where the core writes it, it must be byte for byte what the Python encoder
+(`http_codec.encode_infer_parts`) writes, and the binary data the same. In process: no server needed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 import numpy as np
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import http_codec as codec
-from ensemble_runtime.protocol._native import binary_reply_head
+from ensemble_runtime.protocol._native import binary_reply_head, infer_reply_head
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -78,3 +79,60 @@ def test_json_and_shared_memory_outputs_are_left_to_python() -> None:
     assert codec.binary_outputs(response, codec.DecodedInfer(shm, {}, binary_default=True)) is None
     empty = InferResponse("m", "1", {})
     assert codec.binary_outputs(empty, codec.DecodedInfer(default, {}, binary_default=True)) is None
+
+
+# Values of every magnitude (the float writer's positional and exponent forms, subnormals, ties), and now and
+# then NaN or an infinity, which JSON cannot carry.
+NUMBERS = st.floats(width=64) | st.floats(width=32) | st.floats(width=16) | st.integers(-(2**63), 2**63 - 1)
+JSON_DTYPES = (*DTYPES, np.int16, np.uint8, np.uint32)
+
+
+@st.composite
+def mixed_answers(draw: st.DrawFn) -> tuple[InferResponse, codec.DecodedInfer]:
+    """Plain numpy arrays with any values, each output asked for as JSON or as binary data."""
+    outputs: dict[str, Any] = {}
+    asked: dict[str, dict[str, Any]] = {}
+    for name in draw(st.lists(UNICODE.filter(bool), min_size=1, max_size=3, unique=True)):
+        dtype = np.dtype(draw(st.sampled_from(JSON_DTYPES)))
+        shape = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
+        values = draw(st.lists(NUMBERS, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        with np.errstate(all="ignore"):
+            flat = np.array(values, dtype=np.float64)
+            if dtype.kind in "iub":
+                flat = np.nan_to_num(flat, nan=0, posinf=1, neginf=-1) % 1000
+            outputs[name] = flat.astype(dtype).reshape(shape)
+        asked[name] = {"binary_data": draw(st.booleans())}
+    parameters: dict[str, Any] = draw(st.dictionaries(UNICODE, WRITTEN, max_size=2))
+    response = InferResponse(draw(UNICODE), draw(UNICODE), outputs, draw(UNICODE), parameters)
+    request = InferRequest("m", inputs={}, requested_outputs=list(outputs), output_parameters=asked)
+    return response, codec.DecodedInfer(request, {}, binary_default=False)
+
+
+@given(answer=mixed_answers())
+def test_the_core_writes_json_data_as_python_does(answer: tuple[InferResponse, codec.DecodedInfer]) -> None:
+    response, decoded = answer
+    as_json = codec.json_outputs(response, decoded)
+    assert as_json is not None
+    ours = infer_reply_head(response, as_json)
+    try:
+        head, chunks = codec.encode_infer_parts(response, decoded)
+    except Exception:
+        assert ours is None  # NaN or an infinity as JSON: Python refuses it with its message
+        return
+    if ours is None:  # left to Python: text that is not Unicode
+        strings = [response.model_name, response.model_version, response.id, *response.parameters, *response.outputs]
+        strings += [v for v in response.parameters.values() if isinstance(v, str)]
+        assert any(not _unicode(s) for s in strings)
+        return
+    assert ours == head
+    binary = [a for name, a in response.outputs.items() if name not in as_json]
+    assert [a.tobytes() for a in binary] == [bytes(c) for c in chunks]
+
+
+def test_the_core_declines_what_it_does_not_write() -> None:
+    decoded = codec.DecodedInfer(InferRequest("m", requested_outputs=["Y"]), {}, binary_default=False)
+    nan = InferResponse("m", "1", {"Y": np.array([1.0, np.nan], np.float32)})
+    assert codec.json_outputs(nan, decoded) == ("Y",) and infer_reply_head(nan, ("Y",)) is None
+    assert infer_reply_head(nan, ()) is not None  # as binary data NaN is fine
+    text = InferResponse("m", "1", {"Y": np.array([b"a"], np.object_)})
+    assert infer_reply_head(text, ("Y",)) is None  # BYTES: Python's

@@ -1,6 +1,6 @@
 """Type stub for the native protocol core (runtime/native, Rust; built into this package by setuptools-rust)."""
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, final
 
 from numpy.typing import NDArray
@@ -221,6 +221,9 @@ def binary_reply_head(
 ) -> bytes | None:
     """The JSON header `HttpCall.reply_binary` writes (`outputs`: name, datatype, shape, data size), or None."""
 
+def infer_reply_head(response: InferResponse, as_json: Collection[str]) -> bytes | None:
+    """The JSON header `HttpCall.reply_response` writes for `response`, or None where it does not answer."""
+
 @final
 class HttpCall:
     """One KServe v2 infer request the HTTP core read: the path's model and version, the body, the reply."""
@@ -238,8 +241,10 @@ class HttpCall:
     @property
     def binary(self) -> BinaryInfer | None:
         """The body as the core read it when it has the common binary shape; None: decode `body`."""
-    def reply_binary_response(self, response: InferResponse) -> bool:
-        """`reply_binary` from the response's own arrays; False (nothing sent) where one is not plain."""
+    def reply_response(self, response: InferResponse, as_json: Collection[str]) -> bool:
+        """200 from the response's own arrays, those named in `as_json` as JSON `data` in the header, the others
+        as binary data after it, written by the core as `http_codec.encode_infer_parts` writes them, with the GIL
+        released; False (nothing sent) where an array is not plain or a value is not one written exactly (NaN)."""
     def reply_binary(
         self, model_name: str, model_version: str, id: str, parameters: Mapping[str, ParamValue],
         outputs: Sequence[tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]],

@@ -353,9 +353,16 @@ BinaryOutput = tuple[str, str, tuple[int, ...], Chunk]  # name, datatype, shape,
 def all_binary(response: InferResponse, decoded: DecodedInfer) -> bool:
     """Whether every output (there is one at least) goes back as binary data after the JSON header: none as
     JSON, none in shared memory."""
+    return json_outputs(response, decoded) == ()
+
+
+def json_outputs(response: InferResponse, decoded: DecodedInfer) -> tuple[str, ...] | None:
+    """The outputs that go back as JSON `data` in the header, the others as binary data after it, where none
+    goes to shared memory and there is one at least (what the core writes: `HttpCall.reply_response`); else
+    None."""
     if not response.outputs or sends_to_shared_memory(decoded.request.output_parameters):
-        return False
-    return all(map(decoded.binary, response.outputs))
+        return None
+    return tuple([name for name in response.outputs if not decoded.binary(name)])
 
 
 def binary_outputs(response: InferResponse, decoded: DecodedInfer) -> list[BinaryOutput] | None:

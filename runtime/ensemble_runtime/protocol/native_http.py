@@ -1,9 +1,11 @@
 """The native HTTP front end (`--http-frontend=native`): the Rust core (ensemble_runtime.protocol._native) serves
 the HTTP port. It answers the KServe v2 infer endpoint itself: restriction and body limits checked there, the
 body read there and handed over in batches (one event-loop wake-up per batch, `add_reader` on the core's
-descriptor). A body of the common binary shape (every input's data binary, no shared memory) has its JSON header
-read by the core too (`HttpCall.binary`); any other body is decoded here. Answered here through the data plane
-(from the model instance's thread, without a task, where the data plane can). Everything else (every other
+descriptor). A body of the common shapes (every input's data binary, or JSON `data` of numbers or booleans; no
+shared memory) has its JSON header read by the core too (`HttpCall.binary`); any other body is decoded here.
+Answered here through the data plane (from the model instance's thread, without a task, where the data plane can),
+the answer written by the core from the response's arrays (binary data, or JSON `data` in the header) where they
+are plain (`HttpCall.reply_response`), else encoded here. Everything else (every other
 route, compressed requests) it forwards to the aiohttp app, which listens on a Unix socket in a private
 directory: one set of routes, statuses and messages for both paths."""
 
@@ -102,7 +104,8 @@ def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResp
         _fail_infer(call, outcome)
         return
     try:
-        if codec.all_binary(outcome, decoded) and call.reply_binary_response(outcome):
+        as_json = codec.json_outputs(outcome, decoded)
+        if as_json is not None and call.reply_response(outcome, as_json):
             return  # the core read the arrays and wrote the JSON header, as encode_infer_parts does
         outputs = codec.binary_outputs(outcome, decoded)
         if outputs is not None and call.reply_binary(
@@ -128,6 +131,9 @@ async def answer_http_infer(
             decoded = await sized(call.size, decode_call, call, shm)
         response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
         size = sum(int(array.nbytes) for array in response.outputs.values())
+        as_json = codec.json_outputs(response, decoded)
+        if as_json is not None and await sized(size, call.reply_response, response, as_json):
+            return  # written by the core (JSON data too), off the loop when large
         head, chunks = await sized(size, codec.encode_infer_parts, response, decoded, shm)
     except asyncio.CancelledError:
         _fail(call, HTTP_UNAVAILABLE, "the server is stopping")

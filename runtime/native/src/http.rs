@@ -25,7 +25,7 @@ use crate::driven::{accept, drive, Busy};
 use crate::fair_share::FairShare;
 use crate::http_body::{read_body, refuse, unread, Limit, Limits};
 use crate::http_coding::{answer_coding, compressed_body, encoded};
-use crate::http_infer::{binary_request, BinaryRequest};
+use crate::http_infer::{binary_request, header_span, BinaryRequest, INLINE_HEADER};
 use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
@@ -37,6 +37,7 @@ use crate::send_bound::SendBound;
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
 pub const JSON_CONTENT: &str = "application/json";
+pub const BINARY_CONTENT: &str = "application/octet-stream";
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub type Body = Either<Full<Bytes>, Incoming>;
@@ -188,7 +189,18 @@ async fn infer(
         Err(refused) => return refused,
     };
     let (reply, answer) = oneshot::channel();
-    let binary = binary_request(header_length.as_deref(), &body);
+    let inline =
+        header_span(header_length.as_deref(), body.len()).is_none_or(|n| n <= INLINE_HEADER);
+    let binary = if inline {
+        binary_request(header_length.as_deref(), &body)
+    } else {
+        // a large JSON header (JSON tensors): read beside the connections this task's thread serves
+        let (length, all) = (header_length.clone(), body.clone());
+        tokio::task::spawn_blocking(move || binary_request(length.as_deref(), &all))
+            .await
+            .ok()
+            .flatten()
+    };
     let _counted = core.in_flight.enter(); // until this call is answered (or dropped)
     core.queue.push(InferCall {
         model,

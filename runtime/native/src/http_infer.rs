@@ -1,17 +1,30 @@
-//! The common shape of a KServe v2 HTTP infer body, read here without the GIL: a small JSON header whose inputs
-//! all carry their data as binary (`binary_data_size`) after it, and outputs that name no shared memory.
+//! The common shapes of a KServe v2 HTTP infer body, read here without the GIL: a JSON header whose inputs carry
+//! their data as binary (`binary_data_size`) after it, or as JSON `data` arrays of numbers or booleans
+//! (crate::json_tensors), and outputs that name no shared memory.
 //!
 //! This is a fast path, not a second decoder: [`binary_request`] answers `Some` only for a body the Python
 //! decoder (`http_codec.decode_infer_request`) reads into the same request, with every structural check it
-//! makes already passed. Anything else (JSON `data`, shared memory, an unusual number, any error at all) is
-//! `None`, and Python decodes the body as before, with its own messages. What is left to Python on this path
-//! are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the same calls in the same order.
+//! makes already passed. Anything else (BYTES or FP16 as JSON, shared memory, an unusual number, any error at
+//! all) is `None`, and Python decodes the body as before, with its own messages. An input whose JSON `data` the
+//! core read is handed over as if it had been sent as binary data: its values' little-endian bytes. What is
+//! left to Python on this path are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the
+//! same calls in the same order.
+//!
+//! The header is read in two steps: its members (and each input's) as raw JSON text, checked but not turned
+//! into values, then each member but `data` as a value. So a large JSON tensor costs its bytes once, never a
+//! value per number.
+
+use std::fmt;
 
 use bytes::Bytes;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
-/// The largest JSON header tried here; a larger one (JSON tensors, most likely) goes to Python.
-pub const MAX_HEADER: usize = 16 * 1024;
+use crate::json_tensors::read_values;
+
+/// A header longer than this is read on a blocking thread, not in the connection's task (crate::http).
+pub const INLINE_HEADER: usize = 64 * 1024;
 /// The wire datatypes the Python decoder accepts (`http_codec._DATATYPES`: numpy has no BF16).
 pub const DATATYPES: [&str; 13] = [
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
@@ -19,6 +32,49 @@ pub const DATATYPES: [&str; 13] = [
 ];
 /// Beyond this a JSON float may have been written as an integer, which Python keeps exact: not ours to read.
 const EXACT_FLOAT: f64 = 9_007_199_254_740_992.0; // 2**53
+
+/// A JSON object's members as written, each value its raw text; a repeated key's last value counts, as in a
+/// Python dict built from JSON.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// Every member but `except` (read on its own), as values (None: one is not JSON serde reads as Python does).
+    fn values(&self, except: &str) -> Option<Map<String, Value>> {
+        let mut out = Map::new();
+        for (key, raw) in &self.0 {
+            if key != except {
+                out.insert(key.clone(), serde_json::from_str(raw.get()).ok()?);
+            }
+        }
+        Some(out)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
+}
 
 /// A parameter's value as Python's `json` reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,7 +95,7 @@ pub struct BinaryInput {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
-    /// Its bytes of the body, not copied.
+    /// Its bytes of the body, not copied; or, where it came as JSON `data`, its values' little-endian bytes.
     pub data: Bytes,
 }
 
@@ -60,6 +116,10 @@ pub struct BinaryRequest {
 }
 
 /// The `Inference-Header-Content-Length` as plain decimal digits (Python's `int` takes more: those go there).
+pub fn header_span(value: Option<&str>, body: usize) -> Option<usize> {
+    header_length(value, body)
+}
+
 fn header_length(value: Option<&str>, body: usize) -> Option<usize> {
     match value {
         None => Some(body),
@@ -121,12 +181,9 @@ fn take(parameters: &mut Params, key: &str) -> Option<Scalar> {
     Some(parameters.remove(at).1)
 }
 
-fn input(raw: &Value, binary: &Bytes, offset: usize) -> Option<BinaryInput> {
-    let item = raw.as_object()?;
-    if item.contains_key("data") {
-        return None;
-    }
-    let name = name(item)?;
+fn input(raw: &Members<'_>, binary: &Bytes, offset: usize) -> Option<BinaryInput> {
+    let item = raw.values("data")?;
+    let name = name(&item)?;
     let datatype = match item.get("datatype") {
         Some(Value::String(s)) if DATATYPES.contains(&s.as_str()) => s.clone(),
         _ => return None,
@@ -136,7 +193,23 @@ fn input(raw: &Value, binary: &Bytes, offset: usize) -> Option<BinaryInput> {
         _ => return None,
     };
     let parameters = params(item.get("parameters"))?;
-    let size = match parameters.iter().find(|(k, _)| k == "binary_data_size")?.1 {
+    let size = parameters.iter().find(|(k, _)| k == "binary_data_size");
+    if let Some(data) = raw.get("data") {
+        if size.is_some() {
+            return None; // both: Python's to refuse
+        }
+        let count = shape
+            .iter()
+            .try_fold(1usize, |n, d| n.checked_mul(usize::try_from(*d).ok()?))?;
+        let values = read_values(data.get(), &datatype, count)?;
+        return Some(BinaryInput {
+            name,
+            datatype,
+            shape,
+            data: Bytes::from(values),
+        });
+    }
+    let size = match size?.1 {
         Scalar::Int(n) if n >= 0 => n as usize,
         Scalar::Uint(n) => usize::try_from(n).ok()?,
         _ => return None,
@@ -164,15 +237,15 @@ fn output(raw: &Value) -> Option<BinaryOutput> {
     Some(BinaryOutput { name, parameters })
 }
 
-/// The request, when `body` has the common binary shape and Python would read it without an error of its
+/// The request, when `body` has one of the common shapes and Python would read it without an error of its
 /// own structure (see the module's note); `None` leaves the body to Python.
 pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option<BinaryRequest> {
     let length = header_length(header_length_value, body.len())?;
-    if length == 0 || length > MAX_HEADER {
+    if length == 0 {
         return None;
     }
-    let header: Value = serde_json::from_slice(&body[..length]).ok()?;
-    let header = header.as_object()?;
+    let members: Members<'_> = serde_json::from_slice(&body[..length]).ok()?;
+    let header = members.values("inputs")?;
     let binary = body.slice(length..);
     let id = match header.get("id") {
         None => String::new(),
@@ -187,12 +260,16 @@ pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option
     };
     let mut inputs: Vec<BinaryInput> = Vec::new();
     let mut offset = 0;
-    for raw in header.get("inputs")?.as_array()? {
+    let entries: Vec<Members<'_>> = serde_json::from_str(members.get("inputs")?.get()).ok()?;
+    for raw in &entries {
+        let from_body = raw.get("data").is_none();
         let tensor = input(raw, &binary, offset)?;
         if inputs.iter().any(|seen| seen.name == tensor.name) {
             return None;
         }
-        offset += tensor.data.len();
+        if from_body {
+            offset += tensor.data.len();
+        }
         inputs.push(tensor);
     }
     if offset != binary.len() {
@@ -272,8 +349,12 @@ mod tests {
     fn leaves_everything_else_to_python() {
         let binary = [0u8; 16];
         let refused = [
-            // JSON data, shared memory, a missing size
+            // JSON data and a size, JSON data and binary data no input claims, JSON data the wrong length, JSON
+            // BYTES, shared memory, a missing size
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3,4],"parameters":{"binary_data_size":16}}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}},{"name":"Y","shape":[2],"datatype":"INT8","data":[1]}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}},{"name":"Y","shape":[1],"datatype":"BYTES","data":["a"]}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"shared_memory_region":"r","binary_data_size":16}}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32"}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y","parameters":{"shared_memory_region":"r"}}]}"#,
@@ -319,9 +400,28 @@ mod tests {
     }
 
     #[test]
-    fn leaves_a_large_header_to_python() {
-        let pad = " ".repeat(MAX_HEADER);
+    fn reads_json_data_beside_binary_data_as_its_values_bytes() {
+        let header = r#"{"inputs":[{"name":"A","shape":[2,2],"datatype":"INT16","data":[[1,-2],[3,4]]},{"name":"X","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}},{"name":"B","shape":[1],"datatype":"BOOL","data":[true],"data":[false]}]}"#;
+        let (length, all) = body(header, &[9u8; 4]);
+        let request = binary_request(Some(&length), &all).expect("read");
+        let a: Vec<u8> = [1i16, -2, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(&request.inputs[0].data[..], &a[..]);
+        assert_eq!(request.inputs[0].shape, vec![2, 2]);
+        assert_eq!(&request.inputs[1].data[..], &[9u8; 4]);
+        assert_eq!(
+            &request.inputs[2].data[..],
+            &[0u8],
+            "the last of a repeated member"
+        );
+    }
+
+    #[test]
+    fn reads_a_large_header() {
+        let pad = " ".repeat(4 * INLINE_HEADER);
         let (length, all) = body(&format!("{PERF}{pad}"), &[0u8; 16]);
-        assert!(binary_request(Some(&length), &all).is_none());
+        assert!(binary_request(Some(&length), &all).is_some());
     }
 }

@@ -1,8 +1,11 @@
-//! The JSON header of an infer answer whose outputs all follow it as binary data, written byte for byte as the
-//! Python encoder (`http_codec.encode_infer_parts`, standard JSON, ASCII only) writes it, so that both paths
-//! answer alike. Values it cannot write exactly (a float parameter) are the caller's to leave to Python.
+//! The JSON header of an infer answer, its outputs following it as binary data or written in it as JSON `data`
+//! arrays, byte for byte as the Python encoder (`http_codec.encode_infer_parts`, standard JSON, ASCII only)
+//! writes it, so that both paths answer alike. Values it cannot write exactly (a float parameter, NaN) are the
+//! caller's to leave to Python.
 
 use std::fmt::Write;
+
+use crate::json_tensors::write_values;
 
 /// A response parameter's value.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,13 +16,15 @@ pub enum ReplyValue {
     Str(String),
 }
 
-/// One output: name, datatype, shape, and the size of its binary data.
+/// One output: name, datatype, shape, and the size of its binary data, or (`json`) its values written as JSON.
 #[derive(Clone, Debug)]
 pub struct ReplyOutput {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
     pub size: usize,
+    /// Written in the header as `data`, from the values the writer is given for it (then not sent after it).
+    pub json: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -72,9 +77,14 @@ fn value(out: &mut String, v: &ReplyValue) {
     }
 }
 
-/// The header, without the binary data that follows it.
-pub fn reply_head(head: &ReplyHead) -> String {
-    let mut out = String::with_capacity(128 + 96 * head.outputs.len());
+/// The header, without the binary data that follows it; `values(i)`: the little-endian bytes of output `i`,
+/// for each output written as JSON. None where one of those holds a value JSON cannot carry (NaN, infinity).
+pub fn reply_head<'a>(head: &ReplyHead, values: impl Fn(usize) -> &'a [u8]) -> Option<String> {
+    let json: usize = (head.outputs.iter().enumerate())
+        .filter(|(_, o)| o.json)
+        .map(|(i, _)| 24 * values(i).len())
+        .sum();
+    let mut out = String::with_capacity(128 + 96 * head.outputs.len() + json);
     out.push_str("{\"model_name\":");
     ascii_string(&mut out, &head.model_name);
     out.push_str(",\"model_version\":");
@@ -111,14 +121,22 @@ pub fn reply_head(head: &ReplyHead) -> String {
             }
             let _ = write!(out, "{d}");
         }
-        let _ = write!(
-            out,
-            "],\"parameters\":{{\"binary_data_size\":{}}}}}",
-            output.size
-        );
+        if output.json {
+            out.push_str("],\"data\":");
+            if !write_values(&mut out, &output.datatype, values(i)) {
+                return None;
+            }
+            out.push('}');
+        } else {
+            let _ = write!(
+                out,
+                "],\"parameters\":{{\"binary_data_size\":{}}}}}",
+                output.size
+            );
+        }
     }
     out.push_str("]}");
-    out
+    Some(out)
 }
 
 #[cfg(test)]
@@ -137,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_head_is_written_in_the_encoder_order() {
-        let head = ReplyHead {
+        let mut head = ReplyHead {
             model_name: "m".into(),
             model_version: "1".into(),
             id: "r".into(),
@@ -153,23 +171,41 @@ mod tests {
                     datatype: "FP32".into(),
                     shape: vec![1, 4],
                     size: 16,
+                    json: false,
                 },
                 ReplyOutput {
                     name: "Z".into(),
                     datatype: "BYTES".into(),
                     shape: vec![],
                     size: 5,
+                    json: false,
+                },
+                ReplyOutput {
+                    name: "W".into(),
+                    datatype: "INT32".into(),
+                    shape: vec![2],
+                    size: 8,
+                    json: true,
                 },
             ],
         };
+        let w: Vec<u8> = [7i32, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(
-            reply_head(&head),
+            reply_head(&head, |i| if i == 2 { &w[..] } else { &[] }).unwrap(),
             concat!(
                 r#"{"model_name":"m","model_version":"1","id":"r","#,
                 r#""parameters":{"b":true,"i":-3,"u":18446744073709551615,"s":"x"},"#,
                 r#""outputs":[{"name":"Y","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}},"#,
-                r#"{"name":"Z","datatype":"BYTES","shape":[],"parameters":{"binary_data_size":5}}]}"#
+                r#"{"name":"Z","datatype":"BYTES","shape":[],"parameters":{"binary_data_size":5}},"#,
+                r#"{"name":"W","datatype":"INT32","shape":[2],"data":[7,-1]}]}"#
             )
+        );
+        head.outputs[2].datatype = "FP32".into();
+        let nan = f32::NAN.to_le_bytes();
+        assert_eq!(
+            reply_head(&head, |_| &nan[..]),
+            None,
+            "NaN is Python's to refuse"
         );
     }
 
@@ -183,7 +219,7 @@ mod tests {
             outputs: vec![],
         };
         assert_eq!(
-            reply_head(&head),
+            reply_head(&head, |_| &[]).unwrap(),
             r#"{"model_name":"m","model_version":"","outputs":[]}"#
         );
     }

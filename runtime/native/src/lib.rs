@@ -20,6 +20,7 @@ pub mod http_pace;
 pub mod http_reply;
 pub mod idle_policy;
 pub mod inflate;
+pub mod json_tensors;
 pub mod messages;
 pub mod on_loop;
 pub mod outgoing;
@@ -67,6 +68,10 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     )?)?;
     module.add_function(pyo3::wrap_pyfunction!(
         py_http_binary::binary_reply_head,
+        module
+    )?)?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        py_http_binary::infer_reply_head,
         module
     )?)?;
     module.add_function(pyo3::wrap_pyfunction!(

@@ -7,18 +7,18 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use crate::http::{serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Restriction};
+use crate::http::{
+    serve, HttpAnswer, HttpConfig, HttpCore, InferCall, Restriction, BINARY_CONTENT, JSON_CONTENT,
+};
 use crate::http_body::Limit;
 use crate::http_infer::BinaryRequest;
 use crate::http_reply::reply_head;
-use crate::py_arrays::exported_outputs;
 use crate::py_buffers::Contiguous;
-use crate::py_http_binary::{binary_view, head_of, BinaryInfer};
+use crate::py_http_binary::{binary_view, head_of, response_answer, BinaryInfer};
 use crate::py_request::{Arrays, WireBuffer};
 use crate::py_serving::{lock, positive_seconds, taking, Answering, Serving};
 
@@ -166,14 +166,6 @@ impl PyHttpCore {
 /// An answer's output as Python hands it: name, datatype, shape, data.
 type PyOutput<'py> = (Bound<'py, PyString>, String, Vec<i64>, PyBuffer<u8>);
 
-/// `object.name`, a str.
-fn text_attribute<'py>(
-    object: &Bound<'py, PyAny>,
-    name: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyString>> {
-    Ok(object.getattr(name)?.downcast_into::<PyString>()?)
-}
-
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct HttpCall {
     model: String,
@@ -262,60 +254,48 @@ impl HttpCall {
         Ok(())
     }
 
-    /// `reply_binary` for an `InferResponse` whose outputs are all plain numpy arrays (`Call.reply_response`):
-    /// each one's datatype, shape and bytes read from the array in place. False, and nothing sent, where one is
-    /// not, or a value is not one written here exactly: the caller encodes it.
-    fn reply_binary_response(&self, py: Python<'_>, response: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Some(outputs) = exported_outputs(response)? else {
+    /// Answers 200 for an `InferResponse` whose outputs are all plain numpy arrays (`Call.reply_response`):
+    /// each one's datatype, shape and bytes read from the array in place, the outputs named in `as_json` written
+    /// in the header as JSON `data` (as `http_codec.encode_infer_parts` writes them), the others as binary data
+    /// after it; all of it with the GIL released. False, and nothing sent, where an output is not such an array,
+    /// or a value is not one written here exactly: the caller encodes it.
+    fn reply_response(
+        &self,
+        py: Python<'_>,
+        response: &Bound<'_, PyAny>,
+        as_json: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let Some((head, arrays)) = response_answer(response, as_json)? else {
             return Ok(false);
         };
-        let mut names = Vec::with_capacity(outputs.len());
-        let mut described = Vec::with_capacity(outputs.len());
-        let mut arrays = Vec::with_capacity(outputs.len());
-        for (name, exported) in outputs {
-            names.push(name);
-            described.push((
-                exported.datatype().to_owned(),
-                exported.shape(),
-                exported.bytes().len(),
-            ));
-            arrays.push(exported);
-        }
-        let (model_name, model_version, id) = (
-            text_attribute(response, intern!(py, "model_name"))?,
-            text_attribute(response, intern!(py, "model_version"))?,
-            text_attribute(response, intern!(py, "id"))?,
-        );
-        let parameters = response.getattr(intern!(py, "parameters"))?;
-        let sized = names
-            .iter()
-            .zip(&described)
-            .map(|(name, (datatype, shape, size))| (name, datatype, shape, *size));
-        let Some(head) = head_of(
-            &model_name,
-            &model_version,
-            &id,
-            parameters.downcast::<PyDict>()?,
-            sized,
-        ) else {
+        let Some(text) = py.allow_threads(|| reply_head(&head, |i| arrays[i].bytes())) else {
             return Ok(false);
         };
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
         py.allow_threads(|| {
-            let head = reply_head(&head);
-            let size = head.len() + arrays.iter().map(|a| a.bytes().len()).sum::<usize>();
-            let mut body = Vec::with_capacity(size);
-            body.extend_from_slice(head.as_bytes());
-            for array in &arrays {
-                body.extend_from_slice(array.bytes());
-            }
-            let answer = HttpAnswer {
-                status: 200,
-                content_type: "application/octet-stream".to_string(),
-                header_length: Some(head.len()),
-                body: Bytes::from(body),
+            let binary = (head.outputs.iter().zip(&arrays)).filter(|(output, _)| !output.json);
+            let size = text.len() + binary.clone().map(|(_, a)| a.bytes().len()).sum::<usize>();
+            let answer = if size == text.len() {
+                HttpAnswer {
+                    status: 200,
+                    content_type: JSON_CONTENT.to_string(),
+                    header_length: None,
+                    body: Bytes::from(text),
+                }
+            } else {
+                let mut body = Vec::with_capacity(size);
+                body.extend_from_slice(text.as_bytes());
+                for (_, array) in binary {
+                    body.extend_from_slice(array.bytes());
+                }
+                HttpAnswer {
+                    status: 200,
+                    content_type: BINARY_CONTENT.to_string(),
+                    header_length: Some(text.len()),
+                    body: Bytes::from(body),
+                }
             };
             self.answering.send(move || {
                 let _ = reply.send(answer); // the client may have gone: nothing to tell it
@@ -347,15 +327,17 @@ impl HttpCall {
             .map_err(|_| PyValueError::new_err("an output's data is not contiguous"))?;
         let sized = described
             .iter()
-            .map(|(name, datatype, shape, size)| (name, datatype, shape, *size));
+            .map(|(name, datatype, shape, size)| (name, datatype, shape, *size, false));
         let Some(head) = head_of(model_name, model_version, id, parameters, sized) else {
+            return Ok(false);
+        };
+        let Some(head) = reply_head(&head, |_| &[]) else {
             return Ok(false);
         };
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
         py.allow_threads(|| {
-            let head = reply_head(&head);
             let answer = HttpAnswer {
                 status: 200,
                 content_type: "application/octet-stream".to_string(),

@@ -3,11 +3,13 @@
 //! (`binary_reply_head`), and the coding an answer takes (`answer_coding`).
 
 use bytes::Bytes;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
+use crate::py_arrays::{exported_outputs, ExportedArray};
 use crate::py_request::{Arrays, WireBuffer};
 
 /// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
@@ -99,6 +101,14 @@ pub fn binary_infer(
         .transpose()
 }
 
+/// `object.name`, a str.
+fn text_attribute<'py>(
+    object: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyString>> {
+    Ok(object.getattr(name)?.downcast_into::<PyString>()?)
+}
+
 fn text(s: &Bound<'_, PyString>) -> Option<String> {
     s.to_str().ok().map(str::to_owned)
 }
@@ -126,7 +136,15 @@ pub(crate) fn head_of<'a, 'py: 'a>(
     model_version: &Bound<'py, PyString>,
     id: &Bound<'py, PyString>,
     parameters: &Bound<'py, PyDict>,
-    outputs: impl Iterator<Item = (&'a Bound<'py, PyString>, &'a String, &'a Vec<i64>, usize)>,
+    outputs: impl Iterator<
+        Item = (
+            &'a Bound<'py, PyString>,
+            &'a String,
+            &'a Vec<i64>,
+            usize,
+            bool,
+        ),
+    >,
 ) -> Option<ReplyHead> {
     let mut params = Vec::with_capacity(parameters.len());
     for (key, value) in parameters.iter() {
@@ -134,12 +152,13 @@ pub(crate) fn head_of<'a, 'py: 'a>(
         params.push((key, reply_value(&value)?));
     }
     let mut tensors = Vec::new();
-    for (name, datatype, shape, size) in outputs {
+    for (name, datatype, shape, size, json) in outputs {
         tensors.push(ReplyOutput {
             name: text(name)?,
             datatype: datatype.clone(),
             shape: shape.clone(),
             size,
+            json,
         });
     }
     Some(ReplyHead {
@@ -165,9 +184,66 @@ pub fn binary_reply_head<'py>(
 ) -> Option<Bound<'py, PyBytes>> {
     let sized = outputs
         .iter()
-        .map(|(name, datatype, shape, size)| (name, datatype, shape, *size));
+        .map(|(name, datatype, shape, size)| (name, datatype, shape, *size, false));
     let head = head_of(model_name, model_version, id, parameters, sized)?;
-    Some(PyBytes::new(py, reply_head(&head).as_bytes()))
+    Some(PyBytes::new(py, reply_head(&head, |_| &[])?.as_bytes()))
+}
+
+/// An `InferResponse` whose outputs are all plain numpy arrays, as `HttpCall.reply_response` answers it: the
+/// header (the outputs named in `as_json` written in it as JSON `data`) and every array, in order; `None` where
+/// an output is not such an array or a value is not one written here exactly.
+pub(crate) fn response_answer(
+    response: &Bound<'_, PyAny>,
+    as_json: &Bound<'_, PyAny>,
+) -> PyResult<Option<(ReplyHead, Vec<ExportedArray>)>> {
+    let py = response.py();
+    let Some(outputs) = exported_outputs(response)? else {
+        return Ok(None);
+    };
+    let mut names = Vec::with_capacity(outputs.len());
+    let mut described = Vec::with_capacity(outputs.len());
+    let mut arrays = Vec::with_capacity(outputs.len());
+    for (name, exported) in outputs {
+        let json = as_json.contains(&name)?;
+        described.push((
+            exported.datatype().to_owned(),
+            exported.shape(),
+            exported.bytes().len(),
+            json,
+        ));
+        names.push(name);
+        arrays.push(exported);
+    }
+    let (model_name, model_version, id) = (
+        text_attribute(response, intern!(py, "model_name"))?,
+        text_attribute(response, intern!(py, "model_version"))?,
+        text_attribute(response, intern!(py, "id"))?,
+    );
+    let parameters = response.getattr(intern!(py, "parameters"))?;
+    let sized = (names.iter().zip(&described))
+        .map(|(name, (datatype, shape, size, json))| (name, datatype, shape, *size, *json));
+    Ok(head_of(
+        &model_name,
+        &model_version,
+        &id,
+        parameters.downcast::<PyDict>()?,
+        sized,
+    )
+    .map(|head| (head, arrays)))
+}
+
+/// The JSON header `HttpCall.reply_response` writes for `response` (see [`response_answer`]), or None where it
+/// leaves the answer to the Python encoder.
+#[pyfunction]
+pub fn infer_reply_head<'py>(
+    response: &Bound<'py, PyAny>,
+    as_json: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some((head, arrays)) = response_answer(response, as_json)? else {
+        return Ok(None);
+    };
+    let text = reply_head(&head, |i| arrays[i].bytes());
+    Ok(text.map(|text| PyBytes::new(response.py(), text.as_bytes())))
 }
 
 /// The coding (`"gzip"` or `"deflate"`) for an infer answer to a request with this `Accept-Encoding`, or None:

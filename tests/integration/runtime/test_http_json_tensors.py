@@ -1,0 +1,148 @@
+"""KServe v2 JSON tensors (`data` arrays) through the native HTTP core, against a real runtime process: numbers and
+booleans are read by the core (`http_infer`, `json_tensors`) and an answer's JSON `data` written by it, byte for
+byte as the aiohttp front end (Python's codec) answers the same bytes from a second process; a large JSON tensor
+is read on a blocking thread of the core while other requests are answered; what the core leaves to Python
+(BYTES, FP16, bad values) is answered by Python with its messages."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.integration.runtime import repo
+from tests.support.runtime_process import RuntimeProcess
+
+JSON_LIMIT = 16 * 1024 * 1024
+Answer = tuple[int, dict[str, str], bytes]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, RuntimeProcess]]:
+    root = repo.build(tmp_path_factory.mktemp("repo"))
+    repo.echo_model(root)
+    repo.generate_models(root)
+    args = ["--strict-readiness=false", f"--http-max-json-bytes={JSON_LIMIT}", f"--http-max-body-bytes={JSON_LIMIT}"]
+    native = RuntimeProcess([root], ["--http-frontend=native", *args]).start()
+    aiohttp = RuntimeProcess([root], ["--http-frontend=aiohttp", *args]).start()
+    try:
+        for proc in (native, aiohttp):
+            proc.wait_ready()
+            for model in ("echo", "numbers", "types"):
+                proc.wait_model_ready(model)
+        yield {"native": native, "aiohttp": aiohttp}
+    finally:
+        native.stop()
+        aiohttp.stop()
+
+
+def _call(proc: RuntimeProcess, path: str, body: bytes) -> Answer:
+    host, port = proc.http_url.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def _same(servers: dict[str, RuntimeProcess], model: str, header: Mapping[str, object]) -> Answer:
+    """Both front ends' answers to one all-JSON body, which must agree byte for byte."""
+    body = json.dumps(header).encode()
+    native = _call(servers["native"], f"/v2/models/{model}/infer", body)
+    aiohttp = _call(servers["aiohttp"], f"/v2/models/{model}/infer", body)
+    assert (native[0], native[1].get("content-type"), native[2]) == (aiohttp[0], aiohttp[1].get("content-type"),
+                                                                        aiohttp[2])
+    assert "server" not in native[1]  # answered by the core: the app's answers name the product in one
+    return native
+
+
+def test_numbers_and_booleans_both_ways_as_aiohttp_answers(servers: dict[str, RuntimeProcess]) -> None:
+    x = [[0.1, -2.5, 3e-40, 16777217, 1e30], [0.0, -0.0, 7, 5e-7, 123456.789]]  # FP32 rounds each of them
+    header: dict[str, object] = {"id": "j1", "parameters": {"p": 1},
+              "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 5], "data": x},
+                         {"name": "k", "datatype": "INT32", "shape": [2, 1], "data": [[-(2**31)], [2**31 - 1]]},
+                         {"name": "flag", "datatype": "BOOL", "shape": [2, 1], "data": [True, [False]]}],
+              "outputs": [{"name": "y"}, {"name": "n", "parameters": {"binary_data": False}},
+                          {"name": "described"}]}
+    status, headers, body = _same(servers, "numbers", header)
+    assert status == 200, body
+    answer = json.loads(body)
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    np.testing.assert_array_equal(np.array(outputs["y"]["data"], np.float32),
+                                  (np.array(x, np.float32) * 2).reshape(-1))
+    assert outputs["n"]["data"] == [10, 10]
+    described = "x [2, 5] float32, k [2, 1] int32 [-2147483648, 2147483647], flag [2, 1] bool [True, False]"
+    assert outputs["described"]["data"] == [described, described]
+    # without the BYTES output every answer is the core's own writing
+    header["outputs"] = [{"name": "y", "parameters": {"binary_data": True}}, {"name": "n"}]
+    status, headers, body = _same(servers, "numbers", header)
+    length = int(headers["inference-header-content-length"])
+    assert json.loads(body[:length])["outputs"][1]["data"] == [10, 10]
+    np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), (np.array(x, np.float32) * 2).reshape(-1))
+
+
+def test_what_the_core_leaves_to_python_is_answered_alike(servers: dict[str, RuntimeProcess]) -> None:
+    """FP16 and BYTES as JSON, and values Python refuses, each answered by Python with its own message."""
+    types = {"inputs": [{"name": "fp16_in", "datatype": "FP16", "shape": [1, 2], "data": [1.5, -2]},
+                        {"name": "int8_in", "datatype": "INT8", "shape": [1, 2], "data": [-3, 4]},
+                        {"name": "flag_in", "datatype": "BOOL", "shape": [1, 2], "data": [True, False]},
+                        {"name": "text_in", "datatype": "BYTES", "shape": [1, 2], "data": ["ab", "é"]}]}
+    status, _, body = _same(servers, "types", types)
+    assert status == 200, body
+    assert [o["data"] for o in json.loads(body)["outputs"]] == [[1.5, -2.0], [-3, 4], [True, False], ["ab", "é"]]
+    for data, datatype in ([1.5, 2], "INT32"), ([1e39, 0], "FP32"), ([1, "2"], "FP32"), ([1, 2, 3], "FP32"):
+        refused = {"inputs": [{"name": "x", "datatype": datatype, "shape": [2], "data": data}]}
+        status, _, body = _same(servers, "echo", refused)
+        assert status == 400 and json.loads(body)["error"], (data, body)
+
+
+def test_a_large_json_tensor_is_read_while_others_are_answered(servers: dict[str, RuntimeProcess]) -> None:
+    """A JSON tensor of 300,000 floats (a header of about 6 MB, read on one of the core's blocking threads)
+    comes back exactly, and small requests sent meanwhile are answered."""
+    native = servers["native"]
+    rng = np.random.default_rng(7)
+    large = rng.standard_normal(300_000).astype(np.float32)
+    answered: list[np.ndarray] = []
+
+    def send_large() -> None:
+        client = httpclient.InferenceServerClient(native.http_url.removeprefix("http://"), network_timeout=120)
+        tensor = httpclient.InferInput("x", [large.size], "FP32")
+        tensor.set_data_from_numpy(large, binary_data=False)
+        result = client.infer("echo", [tensor], outputs=[httpclient.InferRequestedOutput("y", binary_data=False)])
+        answered.append(result.as_numpy("y"))
+
+    sender = threading.Thread(target=send_large)
+    sender.start()
+    client = httpclient.InferenceServerClient(native.http_url.removeprefix("http://"))
+    for i in range(20):
+        small = np.array([i, -i], np.float32)
+        tensor = httpclient.InferInput("x", [2], "FP32")
+        tensor.set_data_from_numpy(small, binary_data=False)
+        result = client.infer("echo", [tensor], outputs=[httpclient.InferRequestedOutput("y", binary_data=False)])
+        np.testing.assert_array_equal(result.as_numpy("y"), small)
+    sender.join(timeout=180)
+    assert not sender.is_alive() and len(answered) == 1
+    np.testing.assert_array_equal(answered[0], large)
+
+
+def test_the_header_of_a_json_tensor_is_checked_as_python_checks_it(servers: dict[str, RuntimeProcess]) -> None:
+    """Deep nesting, a ragged array, a shape that does not fit: the same answers from both front ends."""
+    deep: object = [1.0]
+    for _ in range(200):
+        deep = [deep]
+    cases = [
+        ({"name": "x", "datatype": "FP32", "shape": [1], "data": deep}, 200),  # past serde's depth: Python's
+        ({"name": "x", "datatype": "FP32", "shape": [3], "data": [[1], 2, [[3]]]}, 200),
+        ({"name": "x", "datatype": "FP32", "shape": [10**12], "data": [1, 2]}, 400),
+        ({"name": "x", "datatype": "FP32", "shape": [2], "data": [1, 2], "parameters": {"binary_data_size": 8}}, 400),
+    ]
+    for tensor, expected in cases:
+        status, _, body = _same(servers, "echo", {"inputs": [tensor]})
+        assert status == expected, (tensor, body)
