@@ -10,9 +10,8 @@
 //! left to Python on this path are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the
 //! same calls in the same order.
 //!
-//! The header is read in two steps: its members (and each input's) as raw JSON text, checked but not turned
-//! into values, then each member but `data` as a value. So a large JSON tensor costs its bytes once, never a
-//! value per number.
+//! An input's `data` is kept as its raw JSON text while the header is read (checked, not turned into values),
+//! then read by crate::json_tensors: a large JSON tensor costs its bytes once, never a value per number.
 
 use std::fmt;
 
@@ -33,43 +32,70 @@ pub const DATATYPES: [&str; 13] = [
 /// Beyond this a JSON float may have been written as an integer, which Python keeps exact: not ours to read.
 const EXACT_FLOAT: f64 = 9_007_199_254_740_992.0; // 2**53
 
-/// A JSON object's members as written, each value its raw text; a repeated key's last value counts, as in a
-/// Python dict built from JSON.
-struct Members<'a>(Vec<(String, &'a RawValue)>);
+/// A JSON object's members as values, but for `raw`, whose value is kept as its raw text (checked, not turned into
+/// values); a repeated key's last value counts, as in a Python dict built from JSON. The header is one with
+/// `raw` "inputs" (each an object with `raw` "data"), read in one pass.
+struct Members<'a> {
+    values: Map<String, Value>,
+    raw: Option<&'a RawValue>,
+}
 
-impl<'a> Members<'a> {
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-
-    /// Every member but `except` (read on its own), as values (None: one is not JSON serde reads as Python does).
-    fn values(&self, except: &str) -> Option<Map<String, Value>> {
-        let mut out = Map::new();
-        for (key, raw) in &self.0 {
-            if key != except {
-                out.insert(key.clone(), serde_json::from_str(raw.get()).ok()?);
-            }
-        }
-        Some(out)
-    }
+/// The header: its members but `inputs`, and each input's members but `data`, as values.
+struct Header<'a> {
+    values: Map<String, Value>,
+    inputs: Option<Vec<Members<'a>>>,
 }
 
 impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Input;
+        impl<'de> Visitor<'de> for Input {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an input object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut values = Map::new();
+                let mut raw = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "data" {
+                        raw = Some(map.next_value::<&'de RawValue>()?);
+                    } else {
+                        let value: Value = map.next_value()?;
+                        values.insert(key, value);
+                    }
+                }
+                Ok(Members { values, raw })
+            }
+        }
+        deserializer.deserialize_map(Input)
+    }
+}
+
+impl<'de> Deserialize<'de> for Header<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Object;
         impl<'de> Visitor<'de> for Object {
-            type Value = Members<'de>;
+            type Value = Header<'de>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
-                    members.push(member);
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header<'de>, A::Error> {
+                let mut values = Map::new();
+                let mut inputs = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "inputs" {
+                        inputs = map.next_value::<Option<Vec<Members<'de>>>>()?;
+                    } else {
+                        let value: Value = map.next_value()?;
+                        values.insert(key, value);
+                    }
                 }
-                Ok(Members(members))
+                Ok(Header { values, inputs })
             }
         }
         deserializer.deserialize_map(Object)
@@ -182,8 +208,8 @@ fn take(parameters: &mut Params, key: &str) -> Option<Scalar> {
 }
 
 fn input(raw: &Members<'_>, binary: &Bytes, offset: usize) -> Option<BinaryInput> {
-    let item = raw.values("data")?;
-    let name = name(&item)?;
+    let item = &raw.values;
+    let name = name(item)?;
     let datatype = match item.get("datatype") {
         Some(Value::String(s)) if DATATYPES.contains(&s.as_str()) => s.clone(),
         _ => return None,
@@ -194,7 +220,7 @@ fn input(raw: &Members<'_>, binary: &Bytes, offset: usize) -> Option<BinaryInput
     };
     let parameters = params(item.get("parameters"))?;
     let size = parameters.iter().find(|(k, _)| k == "binary_data_size");
-    if let Some(data) = raw.get("data") {
+    if let Some(data) = raw.raw {
         if size.is_some() {
             return None; // both: Python's to refuse
         }
@@ -244,8 +270,10 @@ pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option
     if length == 0 {
         return None;
     }
-    let members: Members<'_> = serde_json::from_slice(&body[..length]).ok()?;
-    let header = members.values("inputs")?;
+    let Header {
+        values: header,
+        inputs: entries,
+    } = serde_json::from_slice(&body[..length]).ok()?;
     let binary = body.slice(length..);
     let id = match header.get("id") {
         None => String::new(),
@@ -260,9 +288,8 @@ pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option
     };
     let mut inputs: Vec<BinaryInput> = Vec::new();
     let mut offset = 0;
-    let entries: Vec<Members<'_>> = serde_json::from_str(members.get("inputs")?.get()).ok()?;
-    for raw in &entries {
-        let from_body = raw.get("data").is_none();
+    for raw in &entries? {
+        let from_body = raw.raw.is_none();
         let tensor = input(raw, &binary, offset)?;
         if inputs.iter().any(|seen| seen.name == tensor.name) {
             return None;
