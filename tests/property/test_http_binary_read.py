@@ -1,5 +1,6 @@
 """The native HTTP core reads an infer body of the common shapes itself (`_native.binary_infer`, as
-`HttpCall.binary`): binary inputs, and JSON `data` of numbers and booleans; Python decodes everything else. For any body, what the core read and Python finished
+`HttpCall.binary`): binary inputs, and JSON `data` of numbers, booleans and strings; Python decodes everything
+else. For any body, what the core read and Python finished
 (`native_http.decode_binary`) must be exactly what Python's own decoder makes of it: the same request (values,
 their types, the order of parameters and outputs) or the same error. In process: no server needed.
 """
@@ -186,29 +187,32 @@ def test_a_json_body_of_numbers_is_read_by_the_core() -> None:
     assert _same(body, None)
 
 
-def test_json_bytes_and_fp16_are_left_to_python() -> None:
-    s = httpclient.InferInput("S", [1], "BYTES")
-    s.set_data_from_numpy(np.array([b"a"], np.object_), binary_data=False)
-    h = httpclient.InferInput("H", [1], "FP16")
-    h.set_data_from_numpy(np.array([0.5], np.float16), binary_data=False)
-    for tensor in (s, h):
-        body, _ = httpclient.InferenceServerClient.generate_request_body([tensor])
-        assert binary_infer(None, body) is None
+def test_json_bytes_and_fp16_are_read_by_the_core() -> None:
+    s = httpclient.InferInput("S", [3], "BYTES")
+    s.set_data_from_numpy(np.array([b"a", "\u00e9".encode(), b""], np.object_), binary_data=False)
+    h = httpclient.InferInput("H", [3], "FP16")
+    h.set_data_from_numpy(np.array([0.5, -65504, 6e-8], np.float16), binary_data=False)
+    body, _ = httpclient.InferenceServerClient.generate_request_body([s, h])
+    assert _same(body, None)
 
 
-NUMERIC = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64")
+NUMERIC = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64",
+           "BYTES")
 LEAVES = {
     "BOOL": st.booleans(),
     "INT8": st.integers(-(2**7), 2**7 - 1), "INT16": st.integers(-(2**15), 2**15 - 1),
     "INT32": st.integers(-(2**31), 2**31 - 1), "INT64": st.integers(-(2**63), 2**63 - 1),
     "UINT8": st.integers(0, 2**8 - 1), "UINT16": st.integers(0, 2**16 - 1),
     "UINT32": st.integers(0, 2**32 - 1), "UINT64": st.integers(0, 2**64 - 1),
+    "FP16": (st.floats(width=16, allow_nan=False, allow_infinity=False) | st.integers(-2048, 2048)
+             | st.floats(-65519, 65519) | st.floats(-1e-4, 1e-4)),
     "FP32": st.floats(width=32, allow_nan=False, allow_infinity=False) | st.integers(-(2**53), 2**53),
     "FP64": st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**53), 2**53),
+    "BYTES": st.text(st.characters(exclude_categories=["Cs"]), max_size=6),
 }
 # What a careless client sends instead: values of another kind, out of range, or too many digits for a double.
-STRAYS = (st.booleans() | st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False)
-          | st.sampled_from([None, "1", 1e39, -1e39, 2**53 + 1]))
+STRAYS: st.SearchStrategy[Any] = (st.booleans() | st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False)
+          | st.sampled_from([None, "1", 1e39, -1e39, 2**53 + 1, 65520.0, 4097, "\ud800", [{}]]))
 
 
 def _nested(values: list[Any], draw: st.DrawFn) -> list[Any]:

@@ -1,11 +1,11 @@
 //! The common shapes of a KServe v2 HTTP infer body, read here without the GIL: a JSON header whose inputs carry
-//! their data as binary (`binary_data_size`) after it, or as JSON `data` arrays of numbers or booleans
-//! (crate::json_tensors), and outputs that name no shared memory.
+//! their data as binary (`binary_data_size`) after it, or as JSON `data` arrays (crate::json_tensors), and
+//! outputs that name no shared memory.
 //!
 //! This is a fast path, not a second decoder: [`binary_request`] answers `Some` only for a body the Python
 //! decoder (`http_codec.decode_infer_request`) reads into the same request, with every structural check it
-//! makes already passed. Anything else (BYTES or FP16 as JSON, shared memory, an unusual number, any error at
-//! all) is `None`, and Python decodes the body as before, with its own messages. An input whose JSON `data` the
+//! makes already passed. Anything else (a JSON value Python reads its own way, shared memory, an unusual number,
+//! any error at all) is `None`, and Python decodes the body as before, with its own messages. An input whose JSON `data` the
 //! core read is handed over as if it had been sent as binary data: its values' little-endian bytes. What is
 //! left to Python on this path are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the
 //! same calls in the same order.

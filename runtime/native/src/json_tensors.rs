@@ -3,19 +3,117 @@
 //! values: the same array, and the same text written.
 //!
 //! Both are fast paths, not second codecs. [`read_values`] answers `Some` only where Python reads the `data`
-//! into an array of those values without an error; anything else (a string, a null, a bool among numbers, an
-//! integer past what a double holds exactly in a float tensor, a float in an integer tensor, a value out of the
-//! datatype's range, the wrong number of values, FP16 and BYTES) is `None`, and Python reads it, with its own
-//! messages. [`write_values`] declines (false) NaN and infinities, which Python refuses, and BYTES.
+//! into an array of those values without an error; anything else (a string among numbers, a null, a bool among
+//! numbers, an integer past what a double holds exactly in a float tensor, a float in an integer tensor, a value
+//! out of the datatype's range, the wrong number of values) is `None`, and Python reads it, with its own
+//! messages. A BYTES tensor's strings are read as the binary extension carries them (each its length, 4 bytes
+//! little-endian, then its UTF-8). [`write_values`] declines (false) NaN and infinities, which Python refuses,
+//! and BYTES.
 
-use std::fmt::Write;
+use std::fmt::{self, Write};
+
+use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 
 /// Integers beyond this may round on their way to a double; numpy then rounds once where this would round twice.
 const EXACT_INT: u64 = 1 << 53;
+/// Every integer up to this is a half exactly.
+const EXACT_HALF_INT: u64 = 1 << 11;
+
+/// `v` as an IEEE half, rounded to the nearest (a tie to the even one) straight from the double, as numpy's
+/// `astype(float16)` rounds; None past the largest half (an infinity, which Python refuses). `v` is finite.
+fn f64_to_half(v: f64) -> Option<u16> {
+    let bits = v.to_bits();
+    let sign = ((bits >> 48) & 0x8000) as u16;
+    let exponent = ((bits >> 52) & 0x7ff) as i32 - 1023;
+    let fraction = bits & ((1 << 52) - 1);
+    if exponent < -25 {
+        return Some(sign); // below half the smallest subnormal half (or zero): zero
+    }
+    // the significand with its implicit bit, and how many of its low bits the half leaves out
+    let significand = fraction | (1 << 52);
+    let dropped = if exponent < -14 {
+        42 + (-14 - exponent)
+    } else {
+        42
+    } as u32;
+    let kept = significand >> dropped;
+    let rest = significand & ((1u64 << dropped) - 1);
+    let half_way = 1u64 << (dropped - 1);
+    let rounded = kept + u64::from(rest > half_way || (rest == half_way && kept & 1 == 1));
+    let half = if exponent < -14 {
+        rounded // subnormal: the exponent field 0 (a carry into 0x400 makes the smallest normal, as it should)
+    } else {
+        // normal: the implicit bit (0x400) adds one to the biased exponent; a carry past 0x7ff bumps it once more
+        (((exponent + 14) as u64) << 10) + rounded
+    };
+    (half < 0x7c00).then_some(sign | half as u16)
+}
+
+/// The strings of `raw` (a JSON array of strings, nested or ragged), `count` of them, each as the binary
+/// extension serializes a BYTES element.
+fn read_strings(raw: &str, count: usize) -> Option<Vec<u8>> {
+    if !raw.starts_with('[') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(raw.len() + 4 * count.min(raw.len()));
+    let mut seen = 0usize;
+    let mut reader = serde_json::Deserializer::from_str(raw);
+    Strings {
+        out: &mut out,
+        seen: &mut seen,
+    }
+    .deserialize(&mut reader)
+    .ok()?;
+    (seen == count && count > 0).then_some(out)
+}
+
+/// Flattens nested arrays of strings into `out` (any other value: an error, left to Python).
+struct Strings<'a> {
+    out: &'a mut Vec<u8>,
+    seen: &'a mut usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Strings<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strings<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("strings in arrays")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<(), E> {
+        let length = u32::try_from(text.len()).map_err(|_| E::custom("too long"))?;
+        self.out.extend_from_slice(&length.to_le_bytes());
+        self.out.extend_from_slice(text.as_bytes());
+        *self.seen += 1;
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while items
+            .next_element_seed(Strings {
+                out: &mut *self.out,
+                seen: &mut *self.seen,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+}
 
 /// The little-endian bytes of the values in `raw` (a JSON array, nested or ragged, already checked to be valid
 /// JSON) for a tensor of `count` elements of `datatype`, where Python's decoder takes them as they are.
 pub fn read_values(raw: &str, datatype: &str, count: usize) -> Option<Vec<u8>> {
+    if datatype == "BYTES" {
+        return read_strings(raw, count);
+    }
     let kind = Kind::of(datatype)?;
     let mut out = Vec::with_capacity(count.checked_mul(kind.size())?.min(raw.len() * 4));
     let mut seen = 0usize;
@@ -65,6 +163,7 @@ enum Kind {
     Bool,
     Signed(u8, i64, i64),
     Unsigned(u8, u64),
+    Fp16,
     Fp32,
     Fp64,
 }
@@ -81,9 +180,10 @@ impl Kind {
             "UINT16" => Kind::Unsigned(2, u16::MAX.into()),
             "UINT32" => Kind::Unsigned(4, u32::MAX.into()),
             "UINT64" => Kind::Unsigned(8, u64::MAX),
+            "FP16" => Kind::Fp16,
             "FP32" => Kind::Fp32,
             "FP64" => Kind::Fp64,
-            _ => return None, // FP16 and BYTES: Python's
+            _ => return None,
         })
     }
 
@@ -91,6 +191,7 @@ impl Kind {
         match self {
             Kind::Bool => 1,
             Kind::Signed(size, ..) | Kind::Unsigned(size, _) => size.into(),
+            Kind::Fp16 => 2,
             Kind::Fp32 => 4,
             Kind::Fp64 => 8,
         }
@@ -130,17 +231,25 @@ impl Kind {
                 }
                 out.extend_from_slice(&v.to_le_bytes()[..size.into()]);
             }
-            Kind::Fp32 | Kind::Fp64 => {
+            Kind::Fp16 | Kind::Fp32 | Kind::Fp64 => {
+                // an integer numpy casts to FP16 its own way: only those every half holds exactly
+                let exact = if let Kind::Fp16 = self {
+                    EXACT_HALF_INT
+                } else {
+                    EXACT_INT
+                };
                 let v: f64 = if integer {
                     let n: i64 = text.parse().ok()?;
-                    if n.unsigned_abs() > EXACT_INT {
+                    if n.unsigned_abs() > exact {
                         return None;
                     }
                     n as f64
                 } else {
                     text.parse().ok()?
                 };
-                if let Kind::Fp32 = self {
+                if let Kind::Fp16 = self {
+                    out.extend_from_slice(&f64_to_half(v)?.to_le_bytes());
+                } else if let Kind::Fp32 = self {
                     let v = v as f32;
                     if !v.is_finite() {
                         return None;
@@ -413,6 +522,36 @@ mod tests {
             read("[18446744073709551615]", "UINT64", 1),
             Some(vec![0xff; 8])
         );
+        let halves: Vec<u8> = [
+            0x3c00u16, 0xc000, 0x3555, 0x0001, 0x0000, 0x8000, 0x7bff, 0x0400, 0x6800,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+        let raw = "[1,-2,0.33333,6e-8,2.9e-8,-1e-30,65504.0,6.103515625e-5,2048]";
+        assert_eq!(read(raw, "FP16", 9), Some(halves));
+        let strings = b"\x02\0\0\0ab\x02\0\0\0\xc3\xa9\0\0\0\0";
+        assert_eq!(
+            read(r#"[["ab"], ["\u00e9", [""]]]"#, "BYTES", 3).as_deref(),
+            Some(&strings[..])
+        );
+    }
+
+    #[test]
+    fn halves_round_to_the_nearest_even_as_numpy_does() {
+        let cases = [
+            (1.0 + 1.0 / 2048.0, Some(0x3c00)),   // a tie: the even one (down)
+            (1.0 + 3.0 / 2048.0, Some(0x3c02)),   // a tie: the even one (up)
+            (65519.99, Some(0x7bff)),             // just below the tie with infinity
+            (65520.0, None),                      // the tie with infinity: infinity
+            (2f64.powi(-25), Some(0x0000)),       // half the smallest subnormal: to even, zero
+            (2f64.powi(-25) * 1.5, Some(0x0001)), // past it
+            (2f64.powi(-24) * 1.5, Some(0x0002)), // a subnormal tie: the even one
+            (2f64.powi(-14) - 2f64.powi(-26), Some(0x0400)), // up into the smallest normal
+        ];
+        for (v, half) in cases {
+            assert_eq!(f64_to_half(v), half, "{v:e}");
+        }
     }
 
     #[test]
@@ -435,8 +574,10 @@ mod tests {
             ("[1e39]", "FP32", 1),                 // past FP32
             ("[1e400]", "FP64", 1),                // past FP64
             ("[9007199254740993]", "FP64", 1),     // an integer a double does not hold
-            ("[1.5]", "FP16", 1),                  // FP16: Python's
-            ("[\"a\"]", "BYTES", 1),               // BYTES: Python's
+            ("[\"a\", 1]", "BYTES", 2),            // a number among strings
+            ("[\"a\"]", "BYTES", 2),               // the wrong count
+            ("[1e5]", "FP16", 1),                  // past FP16
+            ("[4097]", "FP16", 1),                 // an integer numpy casts its own way
             ("1", "FP32", 1),                      // not an array
         ];
         for (raw, datatype, count) in refused {

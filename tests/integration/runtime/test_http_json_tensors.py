@@ -1,8 +1,8 @@
-"""KServe v2 JSON tensors (`data` arrays) through the native HTTP core, against a real runtime process: numbers and
-booleans are read by the core (`http_infer`, `json_tensors`) and an answer's JSON `data` written by it, byte for
-byte as the aiohttp front end (Python's codec) answers the same bytes from a second process; a large JSON tensor
-is read on a blocking thread of the core while other requests are answered; what the core leaves to Python
-(BYTES, FP16, bad values) is answered by Python with its messages."""
+"""KServe v2 JSON tensors (`data` arrays) through the native HTTP core, against a real runtime process: numbers,
+booleans and strings are read by the core (`http_infer`, `json_tensors`) and an answer's JSON `data` of numbers
+and booleans written by it, byte for byte as the aiohttp front end (Python's codec) answers the same bytes from a
+second process; a large JSON tensor is read on a blocking thread of the core while other requests are answered;
+what the core leaves to Python (BYTES answers, bad values) is answered by Python with its messages."""
 
 from __future__ import annotations
 
@@ -88,8 +88,9 @@ def test_numbers_and_booleans_both_ways_as_aiohttp_answers(servers: dict[str, Ru
     np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), (np.array(x, np.float32) * 2).reshape(-1))
 
 
-def test_what_the_core_leaves_to_python_is_answered_alike(servers: dict[str, RuntimeProcess]) -> None:
-    """FP16 and BYTES as JSON, and values Python refuses, each answered by Python with its own message."""
+def test_every_datatype_and_every_refusal_is_answered_alike(servers: dict[str, RuntimeProcess]) -> None:
+    """FP16, INT8, BOOL and BYTES as JSON both ways (the BYTES answer encoded by Python), and values Python
+    refuses, each answered with Python's own message."""
     types = {"inputs": [{"name": "fp16_in", "datatype": "FP16", "shape": [1, 2], "data": [1.5, -2]},
                         {"name": "int8_in", "datatype": "INT8", "shape": [1, 2], "data": [-3, 4]},
                         {"name": "flag_in", "datatype": "BOOL", "shape": [1, 2], "data": [True, False]},
