@@ -147,3 +147,24 @@ def test_the_header_of_a_json_tensor_is_checked_as_python_checks_it(servers: dic
     for tensor, expected in cases:
         status, _, body = _same(servers, "echo", {"inputs": [tensor]})
         assert status == expected, (tensor, body)
+
+
+def test_hostile_json_values_are_answered_and_the_server_keeps_serving(servers: dict[str, RuntimeProcess]) -> None:
+    """Numbers of thousands of digits, a lone surrogate, a million values for a shape of two, values nested past
+    any parser's depth in a ragged array: each answered as aiohttp answers it, and the port serves on."""
+    deep = "[" * 5000 + "1" + "]" * 5000
+    bodies = [
+        ('{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[' + "9" * 5000 + "]}]}", 400),
+        ('{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[0.' + "1" * 100_000 + "]}]}", 200),
+        ('{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1e' + "9" * 400 + "]}]}", 400),
+        ('{"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["\\ud800"]}]}', 400),
+        ('{"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[' + ",".join(["0"] * 1_000_000) + "]}]}", 400),
+        ('{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1,' + deep + "]}]}", 400),
+    ]
+    for text, expected in bodies:
+        native = _call(servers["native"], "/v2/models/echo/infer", text.encode())
+        aiohttp = _call(servers["aiohttp"], "/v2/models/echo/infer", text.encode())
+        assert (native[0], native[2]) == (aiohttp[0], aiohttp[2]), text[:80]
+        assert native[0] == expected, (text[:80], native[2][:200])
+    status, _, body = _same(servers, "echo", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [2]}]})
+    assert status == 200 and json.loads(body)["outputs"][0]["data"] == [2.0]
