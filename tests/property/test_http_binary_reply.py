@@ -61,6 +61,14 @@ def test_the_core_writes_the_header_python_writes(answer: tuple[InferResponse, c
     assert ours == head
 
 
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _unicode(text: str) -> bool:
     try:
         text.encode()
@@ -89,19 +97,34 @@ JSON_DTYPES = (*DTYPES, np.int16, np.uint8, np.uint32)
 
 @st.composite
 def mixed_answers(draw: st.DrawFn) -> tuple[InferResponse, codec.DecodedInfer]:
-    """Plain numpy arrays with any values, each output asked for as JSON or as binary data."""
+    """Numpy arrays with any values (numbers, or BYTES elements of bytes, text, or either in fixed-size arrays),
+    each output asked for as JSON or as binary data."""
     outputs: dict[str, Any] = {}
     asked: dict[str, dict[str, Any]] = {}
     for name in draw(st.lists(UNICODE.filter(bool), min_size=1, max_size=3, unique=True)):
-        dtype = np.dtype(draw(st.sampled_from(JSON_DTYPES)))
         shape = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
-        values = draw(st.lists(NUMBERS, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        size = int(np.prod(shape))
+        asked[name] = {"binary_data": draw(st.booleans())}
+        kind = draw(st.sampled_from(["number", "number", "object", "S", "U"]))
+        if kind != "number":
+            items: list[Any] = draw(st.lists(st.binary(max_size=5) | TEXT, min_size=size, max_size=size))
+            if kind == "object":
+                array = np.empty(size, dtype=np.object_)
+                array[:] = items
+            else:  # fixed-size bytes or text, as numpy makes them of such items (trailing NULs dropped)
+                typed = [i for i in items if isinstance(i, bytes if kind == "S" else str) and "\x00" not in str(i)]
+                array = np.array(typed[:size] + [b"x" if kind == "S" else "x"] * (size - len(typed[:size])), dtype=kind)
+                if kind == "U" and not all(map(_unicode, array.tolist())):
+                    array = np.full(size, "u", dtype="U")
+            outputs[name] = array.reshape(shape)
+            continue
+        dtype = np.dtype(draw(st.sampled_from(JSON_DTYPES)))
+        values = draw(st.lists(NUMBERS, min_size=size, max_size=size))
         with np.errstate(all="ignore"):
             flat = np.array(values, dtype=np.float64)
             if dtype.kind in "iub":
                 flat = np.nan_to_num(flat, nan=0, posinf=1, neginf=-1) % 1000
             outputs[name] = flat.astype(dtype).reshape(shape)
-        asked[name] = {"binary_data": draw(st.booleans())}
     parameters: dict[str, Any] = draw(st.dictionaries(UNICODE, WRITTEN, max_size=2))
     response = InferResponse(draw(UNICODE), draw(UNICODE), outputs, draw(UNICODE), parameters)
     request = InferRequest("m", inputs={}, requested_outputs=list(outputs), output_parameters=asked)
@@ -119,13 +142,18 @@ def test_the_core_writes_json_data_as_python_does(answer: tuple[InferResponse, c
     except Exception:
         assert ours is None  # NaN or an infinity as JSON: Python refuses it with its message
         return
-    if ours is None:  # left to Python: text that is not Unicode
+    if ours is None:  # left to Python: text that is not Unicode, a BYTES output as binary data, bytes not UTF-8
         strings = [response.model_name, response.model_version, response.id, *response.parameters, *response.outputs]
         strings += [v for v in response.parameters.values() if isinstance(v, str)]
-        assert any(not _unicode(s) for s in strings)
+        texts = [(n, e) for n, a in response.outputs.items() if a.dtype.kind in "OSU" for e in a.reshape(-1)]
+        strings += [e for _, e in texts if isinstance(e, str)]
+        bytes_outputs = [n for n, a in response.outputs.items() if a.dtype.kind in "OSU"]
+        assert (any(not _unicode(s) for s in strings) or any(n not in as_json for n in bytes_outputs)
+                or any(isinstance(e, bytes) and not _utf8(e) for _, e in texts))
         return
     assert ours == head
     binary = [a for name, a in response.outputs.items() if name not in as_json]
+    assert all(a.dtype.kind not in "OSU" for a in binary)
     assert [a.tobytes() for a in binary] == [bytes(c) for c in chunks]
 
 
@@ -134,5 +162,8 @@ def test_the_core_declines_what_it_does_not_write() -> None:
     nan = InferResponse("m", "1", {"Y": np.array([1.0, np.nan], np.float32)})
     assert codec.json_outputs(nan, decoded) == ("Y",) and infer_reply_head(nan, ("Y",)) is None
     assert infer_reply_head(nan, ()) is not None  # as binary data NaN is fine
-    text = InferResponse("m", "1", {"Y": np.array([b"a"], np.object_)})
-    assert infer_reply_head(text, ("Y",)) is None  # BYTES: Python's
+    text = InferResponse("m", "1", {"Y": np.array([b"a", "\u00e9"], np.object_)})
+    assert infer_reply_head(text, ()) is None  # BYTES as binary data: Python's (reply_binary)
+    assert infer_reply_head(text, ("Y",)) == codec.encode_infer_parts(text, decoded)[0]
+    not_utf8 = InferResponse("m", "1", {"Y": np.array([b"\xff"], np.object_)})
+    assert infer_reply_head(not_utf8, ("Y",)) is None  # Python refuses it with its message

@@ -242,9 +242,10 @@ class HttpCall:
     def binary(self) -> BinaryInfer | None:
         """The body as the core read it when it has the common binary shape; None: decode `body`."""
     def reply_response(self, response: InferResponse, as_json: Collection[str]) -> bool:
-        """200 from the response's own arrays, those named in `as_json` as JSON `data` in the header, the others
-        as binary data after it, written by the core as `http_codec.encode_infer_parts` writes them, with the GIL
-        released; False (nothing sent) where an array is not plain or a value is not one written exactly (NaN)."""
+        """200 from the response's own arrays, those named in `as_json` as JSON `data` in the header (BYTES too:
+        its elements as text), the others as binary data after it, written by the core as
+        `http_codec.encode_infer_parts` writes them, with the GIL released; False (nothing sent) where an array is
+        not plain (a BYTES one as binary data) or a value is not one written exactly (NaN, bytes not UTF-8)."""
     def reply_binary(
         self, model_name: str, model_version: str, id: str, parameters: Mapping[str, ParamValue],
         outputs: Sequence[tuple[str, str, tuple[int, ...], bytes | NDArray[Any]]],

@@ -25,6 +25,8 @@ pub struct ReplyOutput {
     pub size: usize,
     /// Written in the header as `data`, from the values the writer is given for it (then not sent after it).
     pub json: bool,
+    /// A BYTES output's elements, as text, where it is written as JSON (its values then are these).
+    pub strings: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -121,7 +123,16 @@ pub fn reply_head<'a>(head: &ReplyHead, values: impl Fn(usize) -> &'a [u8]) -> O
             }
             let _ = write!(out, "{d}");
         }
-        if output.json {
+        if output.json && output.datatype == "BYTES" {
+            out.push_str("],\"data\":[");
+            for (j, text) in output.strings.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                ascii_string(&mut out, text);
+            }
+            out.push_str("]}");
+        } else if output.json {
             out.push_str("],\"data\":");
             if !write_values(&mut out, &output.datatype, values(i)) {
                 return None;
@@ -172,6 +183,7 @@ mod tests {
                     shape: vec![1, 4],
                     size: 16,
                     json: false,
+                    strings: vec![],
                 },
                 ReplyOutput {
                     name: "Z".into(),
@@ -179,6 +191,7 @@ mod tests {
                     shape: vec![],
                     size: 5,
                     json: false,
+                    strings: vec![],
                 },
                 ReplyOutput {
                     name: "W".into(),
@@ -186,6 +199,15 @@ mod tests {
                     shape: vec![2],
                     size: 8,
                     json: true,
+                    strings: vec![],
+                },
+                ReplyOutput {
+                    name: "T".into(),
+                    datatype: "BYTES".into(),
+                    shape: vec![2],
+                    size: 0,
+                    json: true,
+                    strings: vec!["a\"é".into(), "".into()],
                 },
             ],
         };
@@ -197,7 +219,8 @@ mod tests {
                 r#""parameters":{"b":true,"i":-3,"u":18446744073709551615,"s":"x"},"#,
                 r#""outputs":[{"name":"Y","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}},"#,
                 r#"{"name":"Z","datatype":"BYTES","shape":[],"parameters":{"binary_data_size":5}},"#,
-                r#"{"name":"W","datatype":"INT32","shape":[2],"data":[7,-1]}]}"#
+                r#"{"name":"W","datatype":"INT32","shape":[2],"data":[7,-1]},"#,
+                r#"{"name":"T","datatype":"BYTES","shape":[2],"data":["a\"\u00e9",""]}]}"#
             )
         );
         head.outputs[2].datatype = "FP32".into();

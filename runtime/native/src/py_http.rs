@@ -268,15 +268,18 @@ impl HttpCall {
         let Some((head, arrays)) = response_answer(response, as_json)? else {
             return Ok(false);
         };
-        let Some(text) = py.allow_threads(|| reply_head(&head, |i| arrays[i].bytes())) else {
+        let values = |i: usize| arrays[i].as_ref().map_or(&[][..], |a| a.bytes());
+        let Some(text) = py.allow_threads(|| reply_head(&head, values)) else {
             return Ok(false);
         };
         let Some(reply) = lock(&self.reply).take() else {
             return Err(PyRuntimeError::new_err("this call was answered already"));
         };
         py.allow_threads(|| {
-            let binary = (head.outputs.iter().zip(&arrays)).filter(|(output, _)| !output.json);
-            let size = text.len() + binary.clone().map(|(_, a)| a.bytes().len()).sum::<usize>();
+            let binary = (head.outputs.iter().zip(&arrays))
+                .filter(|(output, _)| !output.json)
+                .filter_map(|(_, array)| array.as_ref());
+            let size = text.len() + binary.clone().map(|a| a.bytes().len()).sum::<usize>();
             let answer = if size == text.len() {
                 HttpAnswer {
                     status: 200,
@@ -287,7 +290,7 @@ impl HttpCall {
             } else {
                 let mut body = Vec::with_capacity(size);
                 body.extend_from_slice(text.as_bytes());
-                for (_, array) in binary {
+                for array in binary {
                     body.extend_from_slice(array.bytes());
                 }
                 HttpAnswer {

@@ -9,7 +9,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
 use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
-use crate::py_arrays::{exported_outputs, ExportedArray};
+use crate::py_arrays::ExportedArray;
 use crate::py_request::{Arrays, WireBuffer};
 
 /// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
@@ -159,6 +159,7 @@ pub(crate) fn head_of<'a, 'py: 'a>(
             shape: shape.clone(),
             size,
             json,
+            strings: Vec::new(),
         });
     }
     Some(ReplyHead {
@@ -189,30 +190,38 @@ pub fn binary_reply_head<'py>(
     Some(PyBytes::new(py, reply_head(&head, |_| &[])?.as_bytes()))
 }
 
-/// An `InferResponse` whose outputs are all plain numpy arrays, as `HttpCall.reply_response` answers it: the
-/// header (the outputs named in `as_json` written in it as JSON `data`) and every array, in order; `None` where
-/// an output is not such an array or a value is not one written here exactly.
+/// An `InferResponse` as `HttpCall.reply_response` answers it: the header (the outputs named in `as_json`
+/// written in it as JSON `data`) and each output's array, in order (none for a BYTES output written as JSON: its
+/// elements are in the header's output). `None` where an output is not a plain numpy array (a BYTES output
+/// only as JSON, of bytes that are UTF-8 or of text), or a value is not one written here exactly.
 pub(crate) fn response_answer(
     response: &Bound<'_, PyAny>,
     as_json: &Bound<'_, PyAny>,
-) -> PyResult<Option<(ReplyHead, Vec<ExportedArray>)>> {
+) -> PyResult<Option<(ReplyHead, Vec<Option<ExportedArray>>)>> {
     let py = response.py();
-    let Some(outputs) = exported_outputs(response)? else {
-        return Ok(None);
-    };
+    let outputs = response.getattr(intern!(py, "outputs"))?;
+    let outputs = outputs.downcast::<PyDict>()?;
     let mut names = Vec::with_capacity(outputs.len());
     let mut described = Vec::with_capacity(outputs.len());
     let mut arrays = Vec::with_capacity(outputs.len());
-    for (name, exported) in outputs {
+    let mut strings = Vec::with_capacity(outputs.len());
+    for (name, array) in outputs.iter() {
+        let name = name.downcast_into::<PyString>()?;
         let json = as_json.contains(&name)?;
-        described.push((
-            exported.datatype().to_owned(),
-            exported.shape(),
-            exported.bytes().len(),
-            json,
-        ));
+        if let Some(exported) = ExportedArray::of(&array) {
+            let datatype = exported.datatype().to_owned();
+            described.push((datatype, exported.shape(), exported.bytes().len(), json));
+            arrays.push(Some(exported));
+            strings.push(Vec::new());
+        } else {
+            let Some((shape, texts)) = json.then(|| texts(&array)).flatten() else {
+                return Ok(None);
+            };
+            described.push(("BYTES".to_owned(), shape, 0, true));
+            arrays.push(None);
+            strings.push(texts);
+        }
         names.push(name);
-        arrays.push(exported);
     }
     let (model_name, model_version, id) = (
         text_attribute(response, intern!(py, "model_name"))?,
@@ -222,14 +231,51 @@ pub(crate) fn response_answer(
     let parameters = response.getattr(intern!(py, "parameters"))?;
     let sized = (names.iter().zip(&described))
         .map(|(name, (datatype, shape, size, json))| (name, datatype, shape, *size, *json));
-    Ok(head_of(
+    let Some(mut head) = head_of(
         &model_name,
         &model_version,
         &id,
         parameters.downcast::<PyDict>()?,
         sized,
-    )
-    .map(|head| (head, arrays)))
+    ) else {
+        return Ok(None);
+    };
+    for (output, texts) in head.outputs.iter_mut().zip(strings) {
+        output.strings = texts;
+    }
+    Ok(Some((head, arrays)))
+}
+
+/// A numpy array of BYTES elements (object, or fixed bytes or text) as its shape and its elements as text, as
+/// `http_codec.json_data` takes them: each element `str`, or `bytes` that are UTF-8. None otherwise.
+fn texts(array: &Bound<'_, PyAny>) -> Option<(Vec<i64>, Vec<String>)> {
+    let py = array.py();
+    let kind = array.get_type();
+    if !(kind.name().ok()? == "ndarray" && kind.module().ok()? == "numpy") {
+        return None;
+    }
+    let dtype_kind: String = array
+        .getattr(intern!(py, "dtype"))
+        .ok()?
+        .getattr(intern!(py, "kind"))
+        .ok()?
+        .extract()
+        .ok()?;
+    if !matches!(dtype_kind.as_str(), "O" | "S" | "U") {
+        return None;
+    }
+    let shape: Vec<i64> = array.getattr(intern!(py, "shape")).ok()?.extract().ok()?;
+    let flat = array.call_method1(intern!(py, "reshape"), (-1,)).ok()?;
+    let mut out = Vec::new();
+    for item in flat.try_iter().ok()? {
+        let item = item.ok()?;
+        if let Ok(bytes) = item.downcast::<PyBytes>() {
+            out.push(std::str::from_utf8(bytes.as_bytes()).ok()?.to_owned());
+        } else {
+            out.push(item.downcast::<PyString>().ok()?.to_str().ok()?.to_owned());
+        }
+    }
+    Some((shape, out))
 }
 
 /// The JSON header `HttpCall.reply_response` writes for `response` (see [`response_answer`]), or None where it
@@ -242,7 +288,7 @@ pub fn infer_reply_head<'py>(
     let Some((head, arrays)) = response_answer(response, as_json)? else {
         return Ok(None);
     };
-    let text = reply_head(&head, |i| arrays[i].bytes());
+    let text = reply_head(&head, |i| arrays[i].as_ref().map_or(&[], |a| a.bytes()));
     Ok(text.map(|text| PyBytes::new(response.py(), text.as_bytes())))
 }
 
