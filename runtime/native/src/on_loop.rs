@@ -22,9 +22,14 @@ use std::time::{Duration, Instant};
 /// A runtime for a port the event loop drives.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
 }
+
+/// The most threads a port's runtime runs work on beside its own (a large JSON header read, a large answer
+/// compressed): more such work waits for one, so a flood of it costs a bounded number of threads, not one each.
+pub const BLOCKING_THREADS: usize = 4;
 
 /// Whether this build can drive a port on the loop (it needs tokio's run-queue depth).
 pub const AVAILABLE: bool = cfg!(tokio_unstable);

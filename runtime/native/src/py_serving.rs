@@ -182,6 +182,7 @@ impl<T: Send + 'static> Serving<T> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
                 .thread_name(name)
+                .max_blocking_threads(on_loop::BLOCKING_THREADS)
                 .on_thread_start(idle_policy::on_thread_start)
                 .on_thread_park(move || idle_policy::on_thread_park(&in_flight))
                 .enable_all()

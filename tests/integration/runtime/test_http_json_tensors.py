@@ -10,6 +10,7 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,3 +169,33 @@ def test_hostile_json_values_are_answered_and_the_server_keeps_serving(servers: 
         assert native[0] == expected, (text[:80], native[2][:200])
     status, _, body = _same(servers, "echo", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [2]}]})
     assert status == 200 and json.loads(body)["outputs"][0]["data"] == [2.0]
+
+
+def _core_threads(pid: int) -> int:
+    """The HTTP core's threads: its runtime's own and the blocking ones beside it (one name for both; a core the
+    loop drives has only the latter, under tokio's name)."""
+    names = [(task / "comm").read_text().strip() for task in Path(f"/proc/{pid}/task").iterdir()]
+    return sum(1 for name in names if name == "http-core" or name.startswith("tokio-runtime"))
+
+
+def test_a_burst_of_large_json_headers_takes_a_bounded_number_of_threads(servers: dict[str, RuntimeProcess]) -> None:
+    """24 JSON tensors of 20,000 values at once, each header read on a blocking thread of the core: at most 4 such
+    threads (they stay a while after their work, so counting after the burst sees every one started), and every
+    request answered."""
+    native = servers["native"]
+    values = np.random.default_rng(5).random(20_000).astype(np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [values.size],
+                                   "data": values.tolist()}]}).encode()
+    before = _core_threads(native.pid)
+    answers: list[int] = []
+
+    def send() -> None:
+        answers.append(_call(native, "/v2/models/echo/infer", body)[0])
+
+    senders = [threading.Thread(target=send) for _ in range(24)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(timeout=300)
+    assert answers == [200] * 24
+    assert _core_threads(native.pid) <= before + 4
