@@ -14,6 +14,7 @@
 //! then read by crate::json_tensors: a large JSON tensor costs its bytes once, never a value per number.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use bytes::Bytes;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -32,73 +33,58 @@ pub const DATATYPES: [&str; 13] = [
 /// Beyond this a JSON float may have been written as an integer, which Python keeps exact: not ours to read.
 const EXACT_FLOAT: f64 = 9_007_199_254_740_992.0; // 2**53
 
-/// A JSON object's members as values, but for `raw`, whose value is kept as its raw text (checked, not turned into
-/// values); a repeated key's last value counts, as in a Python dict built from JSON. The header is one with
-/// `raw` "inputs" (each an object with `raw` "data"), read in one pass.
-struct Members<'a> {
+/// A JSON object's members as values, but for one (`key`), read as `T` (an input's `data`: its raw text, checked,
+/// not turned into values); a repeated key's last value counts, as in a Python dict built from JSON.
+struct Split<T> {
     values: Map<String, Value>,
-    raw: Option<&'a RawValue>,
+    special: Option<T>,
 }
 
-/// The header: its members but `inputs`, and each input's members but `data`, as values.
-struct Header<'a> {
-    values: Map<String, Value>,
-    inputs: Option<Vec<Members<'a>>>,
+/// An input: its members but `data`, as values, and its `data` as raw JSON text.
+type Members<'a> = Split<&'a RawValue>;
+/// The header: its members but `inputs`, as values, and its inputs (none: absent or null), read in one pass.
+type Header<'a> = Split<Option<Vec<Members<'a>>>>;
+
+struct SplitOn<T> {
+    key: &'static str,
+    read: PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for SplitOn<T> {
+    type Value = Split<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Split<T>, A::Error> {
+        let mut values = Map::new();
+        let mut special = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.key {
+                special = Some(map.next_value::<T>()?);
+            } else {
+                let value: Value = map.next_value()?;
+                values.insert(key, value);
+            }
+        }
+        Ok(Split { values, special })
+    }
+}
+
+fn split_on<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    deserializer: D,
+    key: &'static str,
+) -> Result<Split<T>, D::Error> {
+    deserializer.deserialize_map(SplitOn {
+        key,
+        read: PhantomData,
+    })
 }
 
 impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Input;
-        impl<'de> Visitor<'de> for Input {
-            type Value = Members<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an input object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut values = Map::new();
-                let mut raw = None;
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "data" {
-                        raw = Some(map.next_value::<&'de RawValue>()?);
-                    } else {
-                        let value: Value = map.next_value()?;
-                        values.insert(key, value);
-                    }
-                }
-                Ok(Members { values, raw })
-            }
-        }
-        deserializer.deserialize_map(Input)
-    }
-}
-
-impl<'de> Deserialize<'de> for Header<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Object;
-        impl<'de> Visitor<'de> for Object {
-            type Value = Header<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header<'de>, A::Error> {
-                let mut values = Map::new();
-                let mut inputs = None;
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "inputs" {
-                        inputs = map.next_value::<Option<Vec<Members<'de>>>>()?;
-                    } else {
-                        let value: Value = map.next_value()?;
-                        values.insert(key, value);
-                    }
-                }
-                Ok(Header { values, inputs })
-            }
-        }
-        deserializer.deserialize_map(Object)
+        split_on(deserializer, "data")
     }
 }
 
@@ -220,7 +206,7 @@ fn input(raw: &Members<'_>, binary: &Bytes, offset: usize) -> Option<BinaryInput
     };
     let parameters = params(item.get("parameters"))?;
     let size = parameters.iter().find(|(k, _)| k == "binary_data_size");
-    if let Some(data) = raw.raw {
+    if let Some(data) = raw.special {
         if size.is_some() {
             return None; // both: Python's to refuse
         }
@@ -270,10 +256,13 @@ pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option
     if length == 0 {
         return None;
     }
-    let Header {
+    let mut reader = serde_json::Deserializer::from_slice(&body[..length]);
+    let header: Header<'_> = split_on(&mut reader, "inputs").ok()?;
+    reader.end().ok()?; // nothing but whitespace after the object
+    let Split {
         values: header,
-        inputs: entries,
-    } = serde_json::from_slice(&body[..length]).ok()?;
+        special: entries,
+    } = header;
     let binary = body.slice(length..);
     let id = match header.get("id") {
         None => String::new(),
@@ -288,8 +277,8 @@ pub fn binary_request(header_length_value: Option<&str>, body: &Bytes) -> Option
     };
     let mut inputs: Vec<BinaryInput> = Vec::new();
     let mut offset = 0;
-    for raw in &entries? {
-        let from_body = raw.raw.is_none();
+    for raw in &entries.flatten()? {
+        let from_body = raw.special.is_none();
         let tensor = input(raw, &binary, offset)?;
         if inputs.iter().any(|seen| seen.name == tensor.name) {
             return None;
@@ -376,12 +365,12 @@ mod tests {
     fn leaves_everything_else_to_python() {
         let binary = [0u8; 16];
         let refused = [
-            // JSON data and a size, JSON data and binary data no input claims, JSON data the wrong length, JSON
-            // BYTES, shared memory, a missing size
+            // JSON data and a size, JSON data and binary data no input claims, JSON data the wrong length, a
+            // number among JSON BYTES, shared memory, a missing size
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3,4],"parameters":{"binary_data_size":16}}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}},{"name":"Y","shape":[2],"datatype":"INT8","data":[1]}]}"#,
-            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}},{"name":"Y","shape":[1],"datatype":"BYTES","data":["a"]}]}"#,
+            r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}},{"name":"Y","shape":[2],"datatype":"BYTES","data":["a",1]}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"shared_memory_region":"r","binary_data_size":16}}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32"}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y","parameters":{"shared_memory_region":"r"}}]}"#,
@@ -401,6 +390,7 @@ mod tests {
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"Y"},{"name":"Y"}]}"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":{}}"#,
             r#"{"inputs":{}}"#,
+            r#"{"inputs":[]} []"#,
             r#"[]"#,
             r#"{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]"#,
             "{\"id\":\"\\ud800\",\"inputs\":[{\"name\":\"X\",\"shape\":[4],\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":16}}]}",
