@@ -356,25 +356,37 @@ pub fn python_float(out: &mut String, v: f64) -> bool {
         return true;
     }
     // ryu's digits are Python's: the shortest that read back as `v`, an exact tie to the even one (Rust's own
-    // `{:e}` takes the upper one of a tie)
+    // `{:e}` takes the upper one of a tie); only their layout differs
     let mut buffer = ryu::Buffer::new();
     let written = buffer.format_finite(v.abs());
     let (mantissa, exponent) = written.split_once('e').unwrap_or((written, "0"));
     let Ok(exponent) = exponent.parse::<i32>() else {
         return false;
     };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let all = format!("{whole}{fraction}");
-    let leading = all.len() - all.trim_start_matches('0').len();
-    let digits = all.trim_matches('0');
-    let Ok(whole_len) = i32::try_from(whole.len() - leading.min(whole.len())) else {
+    // its digits without the point, in a buffer of the stack; `whole` of them before the point
+    let whole = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
+    let mut all = [0u8; 40];
+    let mut count = 0usize;
+    for byte in mantissa.bytes().filter(|b| *b != b'.') {
+        let Some(slot) = all.get_mut(count) else {
+            return false;
+        };
+        *slot = byte;
+        count += 1;
+    }
+    let leading = all[..count].iter().take_while(|&&d| d == b'0').count();
+    let trailing = all[leading..count]
+        .iter()
+        .rev()
+        .take_while(|&&d| d == b'0')
+        .count();
+    let Ok(digits) = std::str::from_utf8(&all[leading..count - trailing]) else {
         return false;
     };
-    let below = i32::try_from(leading.saturating_sub(whole.len())).unwrap_or(0);
     if v < 0.0 {
         out.push('-');
     }
-    let point = whole_len - below + exponent; // v = 0.digits * 10^point
+    let point = whole - leading as i32 + exponent; // v = 0.digits * 10^point
     if !(-4 < point && point <= 16) {
         let exponent = point - 1;
         out.push_str(&digits[..1]);
