@@ -107,7 +107,7 @@ def _answer_then(call: HttpCall, decoded: codec.DecodedInfer, outcome: InferResp
         as_json = codec.json_outputs(outcome, decoded)
         if as_json is not None and call.reply_response(outcome, as_json):
             return  # the core read the arrays and wrote the JSON header, as encode_infer_parts does
-        outputs = codec.binary_outputs(outcome, decoded)
+        outputs = codec.binary_outputs(outcome, decoded) if as_json == () else None  # () : all binary
         if outputs is not None and call.reply_binary(
             outcome.model_name, outcome.model_version, outcome.id, outcome.parameters, outputs
         ):

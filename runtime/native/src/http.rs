@@ -25,7 +25,7 @@ use crate::driven::{accept, drive, Busy};
 use crate::fair_share::FairShare;
 use crate::http_body::{read_body, refuse, unread, Limit, Limits};
 use crate::http_coding::{answer_coding, compressed_body, encoded};
-use crate::http_infer::{binary_request, header_span, BinaryRequest, INLINE_HEADER};
+use crate::http_infer::{self, binary_request, BinaryRequest, INLINE_HEADER};
 use crate::http_pace::{too_slow, Paced};
 use crate::http_reply::ascii_string;
 use crate::idle_policy::InFlight;
@@ -189,8 +189,8 @@ async fn infer(
         Err(refused) => return refused,
     };
     let (reply, answer) = oneshot::channel();
-    let inline =
-        header_span(header_length.as_deref(), body.len()).is_none_or(|n| n <= INLINE_HEADER);
+    let inline = http_infer::header_length(header_length.as_deref(), body.len())
+        .is_none_or(|n| n <= INLINE_HEADER);
     let binary = if inline {
         binary_request(header_length.as_deref(), &body)
     } else {

@@ -4,11 +4,11 @@
 //!
 //! This is a fast path, not a second decoder: [`binary_request`] answers `Some` only for a body the Python
 //! decoder (`http_codec.decode_infer_request`) reads into the same request, with every structural check it
-//! makes already passed. Anything else (a JSON value Python reads its own way, shared memory, an unusual number,
-//! any error at all) is `None`, and Python decodes the body as before, with its own messages. An input whose JSON `data` the
-//! core read is handed over as if it had been sent as binary data: its values' little-endian bytes. What is
-//! left to Python on this path are the checks of a tensor against its bytes (`dtypes.tensor_from_raw`), the
-//! same calls in the same order.
+//! makes already passed. Anything else (a JSON value Python reads its own way, shared memory, an unusual
+//! number, any error at all) is `None`, and Python decodes the body as before, with its own messages. An input
+//! whose JSON `data` the core read is handed over as if it had been sent as binary data: its values'
+//! little-endian bytes. What is left to Python on this path are the checks of a tensor against its bytes
+//! (`dtypes.tensor_from_raw`), the same calls in the same order.
 //!
 //! An input's `data` is kept as its raw JSON text while the header is read (checked, not turned into values),
 //! then read by crate::json_tensors: a large JSON tensor costs its bytes once, never a value per number.
@@ -128,11 +128,7 @@ pub struct BinaryRequest {
 }
 
 /// The `Inference-Header-Content-Length` as plain decimal digits (Python's `int` takes more: those go there).
-pub fn header_span(value: Option<&str>, body: usize) -> Option<usize> {
-    header_length(value, body)
-}
-
-fn header_length(value: Option<&str>, body: usize) -> Option<usize> {
+pub fn header_length(value: Option<&str>, body: usize) -> Option<usize> {
     match value {
         None => Some(body),
         Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {

@@ -16,17 +16,24 @@ pub enum ReplyValue {
     Str(String),
 }
 
-/// One output: name, datatype, shape, and the size of its binary data, or (`json`) its values written as JSON.
+/// Where an output's data goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplyData {
+    /// After the header, this many bytes of it.
+    Binary(usize),
+    /// In the header as `data`, from the values the writer is given for the output.
+    Values,
+    /// In the header as `data`: a BYTES output's elements, as text.
+    Texts(Vec<String>),
+}
+
+/// One output: name, datatype, shape, and where its data goes.
 #[derive(Clone, Debug)]
 pub struct ReplyOutput {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
-    pub size: usize,
-    /// Written in the header as `data`, from the values the writer is given for it (then not sent after it).
-    pub json: bool,
-    /// A BYTES output's elements, as text, where it is written as JSON (its values then are these).
-    pub strings: Vec<String>,
+    pub data: ReplyData,
 }
 
 #[derive(Clone, Debug)]
@@ -83,7 +90,7 @@ fn value(out: &mut String, v: &ReplyValue) {
 /// for each output written as JSON. None where one of those holds a value JSON cannot carry (NaN, infinity).
 pub fn reply_head<'a>(head: &ReplyHead, values: impl Fn(usize) -> &'a [u8]) -> Option<String> {
     let json: usize = (head.outputs.iter().enumerate())
-        .filter(|(_, o)| o.json)
+        .filter(|(_, o)| o.data == ReplyData::Values)
         .map(|(i, _)| 24 * values(i).len())
         .sum();
     let mut out = String::with_capacity(128 + 96 * head.outputs.len() + json);
@@ -123,27 +130,27 @@ pub fn reply_head<'a>(head: &ReplyHead, values: impl Fn(usize) -> &'a [u8]) -> O
             }
             let _ = write!(out, "{d}");
         }
-        if output.json && output.datatype == "BYTES" {
-            out.push_str("],\"data\":[");
-            for (j, text) in output.strings.iter().enumerate() {
-                if j > 0 {
-                    out.push(',');
+        match &output.data {
+            ReplyData::Texts(texts) => {
+                out.push_str("],\"data\":[");
+                for (j, text) in texts.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    ascii_string(&mut out, text);
                 }
-                ascii_string(&mut out, text);
+                out.push_str("]}");
             }
-            out.push_str("]}");
-        } else if output.json {
-            out.push_str("],\"data\":");
-            if !write_values(&mut out, &output.datatype, values(i)) {
-                return None;
+            ReplyData::Values => {
+                out.push_str("],\"data\":");
+                if !write_values(&mut out, &output.datatype, values(i)) {
+                    return None;
+                }
+                out.push('}');
             }
-            out.push('}');
-        } else {
-            let _ = write!(
-                out,
-                "],\"parameters\":{{\"binary_data_size\":{}}}}}",
-                output.size
-            );
+            ReplyData::Binary(size) => {
+                let _ = write!(out, "],\"parameters\":{{\"binary_data_size\":{size}}}}}");
+            }
         }
     }
     out.push_str("]}");
@@ -181,33 +188,25 @@ mod tests {
                     name: "Y".into(),
                     datatype: "FP32".into(),
                     shape: vec![1, 4],
-                    size: 16,
-                    json: false,
-                    strings: vec![],
+                    data: ReplyData::Binary(16),
                 },
                 ReplyOutput {
                     name: "Z".into(),
                     datatype: "BYTES".into(),
                     shape: vec![],
-                    size: 5,
-                    json: false,
-                    strings: vec![],
+                    data: ReplyData::Binary(5),
                 },
                 ReplyOutput {
                     name: "W".into(),
                     datatype: "INT32".into(),
                     shape: vec![2],
-                    size: 8,
-                    json: true,
-                    strings: vec![],
+                    data: ReplyData::Values,
                 },
                 ReplyOutput {
                     name: "T".into(),
                     datatype: "BYTES".into(),
                     shape: vec![2],
-                    size: 0,
-                    json: true,
-                    strings: vec!["a\"é".into(), "".into()],
+                    data: ReplyData::Texts(vec!["a\"é".into(), "".into()]),
                 },
             ],
         };

@@ -12,6 +12,12 @@ use pyo3::types::{PyDict, PyString};
 use crate::messages::{InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_request::parameter;
 
+/// Whether `object` is a numpy ndarray itself, not a subclass.
+pub fn is_ndarray(object: &Bound<'_, PyAny>) -> bool {
+    let kind = object.get_type();
+    kind.name().is_ok_and(|n| n == "ndarray") && kind.module().is_ok_and(|m| m == "numpy")
+}
+
 /// An answer's outputs, (name, array) in order.
 pub type ExportedOutputs<'py> = Vec<(Bound<'py, PyString>, ExportedArray)>;
 
@@ -96,8 +102,7 @@ impl ExportedArray {
     /// The array's export, where `object` is a numpy ndarray (not a subclass), C-contiguous, of a datatype
     /// [`crate::wire_format::wire_datatype`] names; otherwise `None` (and no Python error is left set).
     pub fn of(object: &Bound<'_, PyAny>) -> Option<Self> {
-        let kind = object.get_type();
-        if !(kind.name().ok()? == "ndarray" && kind.module().ok()? == "numpy") {
+        if !is_ndarray(object) {
             return None;
         }
         let mut view = Box::new(MaybeUninit::<ffi::Py_buffer>::uninit());

@@ -16,7 +16,7 @@ use crate::http::{
 };
 use crate::http_body::Limit;
 use crate::http_infer::BinaryRequest;
-use crate::http_reply::reply_head;
+use crate::http_reply::{reply_head, ReplyData};
 use crate::py_buffers::Contiguous;
 use crate::py_http_binary::{binary_view, head_of, response_answer, BinaryInfer};
 use crate::py_request::{Arrays, WireBuffer};
@@ -277,7 +277,7 @@ impl HttpCall {
         };
         py.allow_threads(|| {
             let binary = (head.outputs.iter().zip(&arrays))
-                .filter(|(output, _)| !output.json)
+                .filter(|(output, _)| matches!(output.data, ReplyData::Binary(_)))
                 .filter_map(|(_, array)| array.as_ref());
             let size = text.len() + binary.clone().map(|a| a.bytes().len()).sum::<usize>();
             let answer = if size == text.len() {
@@ -328,9 +328,14 @@ impl HttpCall {
             .unzip();
         let buffers = Contiguous::new(data)
             .map_err(|_| PyValueError::new_err("an output's data is not contiguous"))?;
-        let sized = described
-            .iter()
-            .map(|(name, datatype, shape, size)| (name, datatype, shape, *size, false));
+        let sized = described.iter().map(|(name, datatype, shape, size)| {
+            (
+                name,
+                datatype.clone(),
+                shape.clone(),
+                ReplyData::Binary(*size),
+            )
+        });
         let Some(head) = head_of(model_name, model_version, id, parameters, sized) else {
             return Ok(false);
         };

@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::http_infer::{binary_request, BinaryRequest, Params, Scalar};
-use crate::http_reply::{reply_head, ReplyHead, ReplyOutput, ReplyValue};
-use crate::py_arrays::ExportedArray;
+use crate::http_reply::{reply_head, ReplyData, ReplyHead, ReplyOutput, ReplyValue};
+use crate::py_arrays::{is_ndarray, ExportedArray};
 use crate::py_request::{Arrays, WireBuffer};
 
 /// An infer body of the common binary shape, as the core read it (see `http_infer`): the request's id, its
@@ -136,15 +136,7 @@ pub(crate) fn head_of<'a, 'py: 'a>(
     model_version: &Bound<'py, PyString>,
     id: &Bound<'py, PyString>,
     parameters: &Bound<'py, PyDict>,
-    outputs: impl Iterator<
-        Item = (
-            &'a Bound<'py, PyString>,
-            &'a String,
-            &'a Vec<i64>,
-            usize,
-            bool,
-        ),
-    >,
+    outputs: impl Iterator<Item = (&'a Bound<'py, PyString>, String, Vec<i64>, ReplyData)>,
 ) -> Option<ReplyHead> {
     let mut params = Vec::with_capacity(parameters.len());
     for (key, value) in parameters.iter() {
@@ -152,14 +144,12 @@ pub(crate) fn head_of<'a, 'py: 'a>(
         params.push((key, reply_value(&value)?));
     }
     let mut tensors = Vec::new();
-    for (name, datatype, shape, size, json) in outputs {
+    for (name, datatype, shape, data) in outputs {
         tensors.push(ReplyOutput {
             name: text(name)?,
-            datatype: datatype.clone(),
-            shape: shape.clone(),
-            size,
-            json,
-            strings: Vec::new(),
+            datatype,
+            shape,
+            data,
         });
     }
     Some(ReplyHead {
@@ -183,9 +173,14 @@ pub fn binary_reply_head<'py>(
     parameters: &Bound<'py, PyDict>,
     outputs: Vec<(Bound<'py, PyString>, String, Vec<i64>, usize)>,
 ) -> Option<Bound<'py, PyBytes>> {
-    let sized = outputs
-        .iter()
-        .map(|(name, datatype, shape, size)| (name, datatype, shape, *size, false));
+    let sized = outputs.iter().map(|(name, datatype, shape, size)| {
+        (
+            name,
+            datatype.clone(),
+            shape.clone(),
+            ReplyData::Binary(*size),
+        )
+    });
     let head = head_of(model_name, model_version, id, parameters, sized)?;
     Some(PyBytes::new(py, reply_head(&head, |_| &[])?.as_bytes()))
 }
@@ -204,22 +199,23 @@ pub(crate) fn response_answer(
     let mut names = Vec::with_capacity(outputs.len());
     let mut described = Vec::with_capacity(outputs.len());
     let mut arrays = Vec::with_capacity(outputs.len());
-    let mut strings = Vec::with_capacity(outputs.len());
     for (name, array) in outputs.iter() {
         let name = name.downcast_into::<PyString>()?;
         let json = as_json.contains(&name)?;
         if let Some(exported) = ExportedArray::of(&array) {
-            let datatype = exported.datatype().to_owned();
-            described.push((datatype, exported.shape(), exported.bytes().len(), json));
+            let data = if json {
+                ReplyData::Values
+            } else {
+                ReplyData::Binary(exported.bytes().len())
+            };
+            described.push((exported.datatype().to_owned(), exported.shape(), data));
             arrays.push(Some(exported));
-            strings.push(Vec::new());
         } else {
             let Some((shape, texts)) = json.then(|| texts(&array)).flatten() else {
                 return Ok(None);
             };
-            described.push(("BYTES".to_owned(), shape, 0, true));
+            described.push(("BYTES".to_owned(), shape, ReplyData::Texts(texts)));
             arrays.push(None);
-            strings.push(texts);
         }
         names.push(name);
     }
@@ -229,9 +225,9 @@ pub(crate) fn response_answer(
         text_attribute(response, intern!(py, "id"))?,
     );
     let parameters = response.getattr(intern!(py, "parameters"))?;
-    let sized = (names.iter().zip(&described))
-        .map(|(name, (datatype, shape, size, json))| (name, datatype, shape, *size, *json));
-    let Some(mut head) = head_of(
+    let sized = (names.iter().zip(described))
+        .map(|(name, (datatype, shape, data))| (name, datatype, shape, data));
+    let Some(head) = head_of(
         &model_name,
         &model_version,
         &id,
@@ -240,9 +236,6 @@ pub(crate) fn response_answer(
     ) else {
         return Ok(None);
     };
-    for (output, texts) in head.outputs.iter_mut().zip(strings) {
-        output.strings = texts;
-    }
     Ok(Some((head, arrays)))
 }
 
@@ -250,8 +243,7 @@ pub(crate) fn response_answer(
 /// `http_codec.json_data` takes them: each element `str`, or `bytes` that are UTF-8. None otherwise.
 fn texts(array: &Bound<'_, PyAny>) -> Option<(Vec<i64>, Vec<String>)> {
     let py = array.py();
-    let kind = array.get_type();
-    if !(kind.name().ok()? == "ndarray" && kind.module().ok()? == "numpy") {
+    if !is_ndarray(array) {
         return None;
     }
     let dtype_kind: String = array
