@@ -280,7 +280,8 @@ impl HttpCall {
                 .filter(|(output, _)| matches!(output.data, ReplyData::Binary(_)))
                 .filter_map(|(_, array)| array.as_ref());
             let size = text.len() + binary.clone().map(|a| a.bytes().len()).sum::<usize>();
-            let answer = if size == text.len() {
+            // as Python's encoder: JSON alone where no output goes as binary data (one of no bytes still does)
+            let answer = if binary.clone().next().is_none() {
                 HttpAnswer {
                     status: 200,
                     content_type: JSON_CONTENT.to_string(),

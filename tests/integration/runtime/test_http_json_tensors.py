@@ -199,3 +199,16 @@ def test_a_burst_of_large_json_headers_takes_a_bounded_number_of_threads(servers
         sender.join(timeout=300)
     assert answers == [200] * 24
     assert _core_threads(native.pid) <= before + 4
+
+
+def test_an_empty_output_as_binary_data_is_still_a_binary_answer(servers: dict[str, RuntimeProcess]) -> None:
+    """An output of no elements asked for as binary data: a binary answer (its header's length given, no bytes
+    after it), as Python writes it, not a JSON one."""
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [0], "data": []}],
+                       "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()
+    native = _call(servers["native"], "/v2/models/echo/infer", body)
+    aiohttp = _call(servers["aiohttp"], "/v2/models/echo/infer", body)
+    keys = ("content-type", "inference-header-content-length")
+    assert (native[0], [native[1].get(k) for k in keys], native[2]) == (
+        aiohttp[0], [aiohttp[1].get(k) for k in keys], aiohttp[2])
+    assert native[0] == 200 and native[1]["inference-header-content-length"] == str(len(native[2]))
