@@ -2,7 +2,7 @@
 
     python bench/json_tensors.py                                   # ours and Triton
     git worktree add /tmp/base HEAD~1                              # (with its _native built or copied in)
-    python bench/json_tensors.py --ours base@/tmp/base/runtime --ours new
+    python bench/json_tensors.py --ours base@/tmp/base/runtime= --ours new=
 
 Both serve `ident`, a python model that answers its FP32 vector input as its output, from one repository. For
 each size (elements of the vector) every server is sent the same prebuilt JSON body (`binary_data: false` for the
@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 
 from bench.common import write_json  # noqa: E402
 from bench.pa.cpu import tree_cpu_seconds  # noqa: E402
+from bench.pa.servers import PinnedRuntime, choose_pinning, ours_configs  # noqa: E402
 from bench.triton_peer import TritonPeer, require_install  # noqa: E402
-from tests.support.runtime_process import RuntimeProcess  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
 CONFIG = """
@@ -104,8 +104,8 @@ def measure(server: ServerProcess, payload: bytes, headers: dict[str, str], coun
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--ours", action="append", metavar="NAME[@RUNTIME_DIR]",
-                        help="a configuration of ours, RUNTIME_DIR another tree's runtime/ (repeatable; default ours)")
+    parser.add_argument("--ours", action="append", default=[], metavar="NAME[@RUNTIME_DIR]=ARGS",
+                        help="a configuration of ours, as bench/perf_analyzer.py takes it (repeatable; default ours=)")
     parser.add_argument("--size", type=int, action="append", help=f"vector sizes (default {SIZES})")
     parser.add_argument("--count", type=int, default=0, help="requests per run (default: by size)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -115,12 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="json-tensors-") as tmp:
         repo = repository(Path(tmp))
         servers: dict[str, ServerProcess] = {}
-        for spec in args.ours or ["ours"]:
-            name, _, tree = spec.partition("@")
-            proc = RuntimeProcess([repo], [f"--http-max-json-bytes={JSON_LIMIT}", f"--http-max-body-bytes={JSON_LIMIT}"])
-            if tree:
-                proc.env["PYTHONPATH"] = f"{Path(tree).resolve()}:{proc.env['PYTHONPATH']}"
-            servers[name] = proc
+        limits = [f"--http-max-json-bytes={JSON_LIMIT}", f"--http-max-body-bytes={JSON_LIMIT}"]
+        for config in ours_configs(args.ours, limits):
+            servers[config.name] = PinnedRuntime([repo], config, choose_pinning(False))
         if args.triton:
             servers["triton"] = TritonPeer([repo], install=require_install())
         for server in servers.values():
