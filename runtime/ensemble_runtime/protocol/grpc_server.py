@@ -22,7 +22,7 @@ from ensemble_runtime.protocol import shared_memory_api as shm_api
 from ensemble_runtime.protocol.decode_guard import add_guarded
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.grpc_stream import ProtobufCodec, StreamSession
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.offload import response_size, sized
 from ensemble_runtime.protocol.restricted import RestrictionInterceptor
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
@@ -162,7 +162,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         shm = self._dp.shared_memory
         decoded, declared = await sized(request.ByteSize(), grpc_codec.decode_request, request, shm)
         response = await self._dp.infer(decoded, declared)
-        size = sum(int(array.nbytes) for array in response.outputs.values())
+        size = response_size(response)
         return await sized(size, grpc_codec.encode_response, response, shm, output_refs(decoded.output_parameters))
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:

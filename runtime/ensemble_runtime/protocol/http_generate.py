@@ -84,11 +84,6 @@ def _shape(spec: TensorSpec, max_batch_size: int, value: object) -> tuple[int, .
     return (1, *dims) if max_batch_size > 0 else tuple(dims)
 
 
-def response_size(response: InferResponse) -> int:
-    """The bytes of a response's outputs (what writing it as JSON costs grows with)."""
-    return sum(int(array.nbytes) for array in response.outputs.values())
-
-
 def encode_generate(response: InferResponse) -> bytes:
     """One response as the generate endpoints write it, as JSON bytes."""
     return dumps(generate_response(response))

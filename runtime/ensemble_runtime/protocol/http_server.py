@@ -28,9 +28,8 @@ from ensemble_runtime.protocol.http_generate import (
     SSE_CONTENT,
     decode_generate,
     encode_generate,
-    response_size,
 )
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.offload import response_size, sized
 from ensemble_runtime.protocol.restricted import http_restriction_middleware
 from ensemble_runtime.protocol.server_header import product_only
 from ensemble_runtime.repository_plane import RepositoryPlane
@@ -184,7 +183,7 @@ class _Routes:
         shm = self._dp.shared_memory
         decoded = await sized(len(body), codec.decode_infer_request, body, header_length, model, version, shm)
         response = await self._dp.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
-        size = sum(int(array.nbytes) for array in response.outputs.values())
+        size = response_size(response)
         payload, header_length_out = await sized(size, codec.encode_infer_response, response, decoded, shm)
         if header_length_out is None:
             out = web.Response(body=payload, content_type=codec.JSON_CONTENT)

@@ -31,7 +31,7 @@ from ensemble_runtime.protocol import status_codes
 from ensemble_runtime.protocol._native import BinaryInfer, HttpCall, HttpCore
 from ensemble_runtime.protocol.http_body import Limit, too_large
 from ensemble_runtime.protocol.http_server import body_limits, start_http_unix
-from ensemble_runtime.protocol.offload import INLINE_BYTES, sized
+from ensemble_runtime.protocol.offload import INLINE_BYTES, response_size, sized
 from ensemble_runtime.protocol.on_loop import LoopDriver, drive
 from ensemble_runtime.restrictions import Category, Restrictions
 from ensemble_runtime.settings import SEND_TIMEOUT_SECS
@@ -130,7 +130,7 @@ async def answer_http_infer(
         if decoded is None:
             decoded = await sized(call.size, decode_call, call, shm)
         response = await dataplane.infer(decoded.request, decoded.declared, HTTP_ENDPOINT)
-        size = sum(int(array.nbytes) for array in response.outputs.values())
+        size = response_size(response)
         as_json = codec.json_outputs(response, decoded)
         if as_json is not None and await sized(size, call.reply_response, response, as_json):
             return  # written by the core (JSON data too), off the loop when large

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
+from ensemble_runtime.inference import InferResponse
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -17,3 +19,8 @@ async def sized(size: int, call: Callable[P, T], *args: P.args, **kwargs: P.kwar
     if size <= INLINE_BYTES:
         return call(*args, **kwargs)
     return await asyncio.to_thread(call, *args, **kwargs)
+
+
+def response_size(response: InferResponse) -> int:
+    """The bytes of a response's outputs: what encoding it works on."""
+    return sum(int(array.nbytes) for array in response.outputs.values())
