@@ -78,7 +78,7 @@ class DataPlane:
     in_flight: int = 0
     # the ends of requests `infer_then` handed to a model thread: queued before their answer, counted on the loop
     # as it takes the next request or reads what they change, within a few milliseconds at the latest
-    _settlements: Deferred = field(default_factory=Deferred)
+    settlements: Deferred = field(default_factory=Deferred)
     _step_tasks: set[asyncio.Task[dict[str, Tensor]]] = field(default_factory=set)  # ensemble steps run as tasks
     # Triton's shared memory extensions: regions clients registered (released on unregister and at exit)
     shared_memory: SharedMemoryRegistry = field(default_factory=lambda: SharedMemoryRegistry(CudaIpcOpener()))
@@ -144,7 +144,7 @@ class DataPlane:
         """On the loop: count every request answered so far (statistics, in flight, queue places) before reading
         them; what a model thread answered is counted as the loop admits the next request, here, or within a few
         milliseconds (`Deferred`)."""
-        self._settlements.run()
+        self.settlements.run()
 
     def requests_in_flight(self) -> int:
         """On the loop: requests taken and not yet answered."""
@@ -291,7 +291,7 @@ class DataPlane:
                 answer(outcome)
                 return
             # counted (and stored in the cache) before the answer leaves
-            self._settlements.add(self._settle, admitted, result, end, settle, cached)
+            self.settlements.add(self._settle, admitted, result, end, settle, cached)
             answer(outcome)
 
         self.in_flight += 1
@@ -302,7 +302,7 @@ class DataPlane:
             self._settle(admitted, exc, time.perf_counter_ns(), None)
             raise
         if not inline:  # a model thread has it (or had: it is counted all the same)
-            self._settlements.expect(asyncio.get_running_loop())
+            self.settlements.expect(asyncio.get_running_loop())
         return True
 
     def _ran_inline(self, admitted: Admitted, scheduler: Scheduler, answer: Answer) -> bool:
@@ -371,8 +371,8 @@ class DataPlane:
             request_id=admitted.request.request_id,
         )
         if run.serial:  # a chain: model threads carry it from step to step, and answer
-            calls.carry = self._settlements
-            self._settlements.expect(loop)
+            calls.carry = self.settlements
+            self.settlements.expect(loop)
         self.in_flight += 1
         for version in (*steps.values(), lv):
             Registry.acquire(version)
@@ -444,7 +444,7 @@ class DataPlane:
     ) -> Admitted:
         """The request checked against what `lv` accepts, as the backend request for it. What model threads
         answered is counted first: the places they held in a queue are free for this one."""
-        self._settlements.run()
+        self.settlements.run()
         start = time.perf_counter_ns()
         sig = self.signature(lv)
         inputs = check_inputs(sig, request.inputs, declared or {})

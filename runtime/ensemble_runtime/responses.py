@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +42,16 @@ class ResponseChannel:
 
     `cancel()` (the reader went away) makes later `put`s no-ops and `cancelled` true, which a model sees
     through `is_cancelled()`; nothing is queued for a reader that will never come back.
+
+    With a `listener`, nothing is read on the loop: `put` hands each item to it at once, on the thread that put it
+    (the sender's lock keeps one request's items in order), up to the final one.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, listener: Callable[[StreamItem], None] | None = None
+    ) -> None:
         self._loop = loop
+        self._listener = listener
         self._items: deque[StreamItem] = deque()
         self._arrived: asyncio.Event = asyncio.Event()
         self._cancelled = False
@@ -75,6 +81,9 @@ class ResponseChannel:
             return
         if item.final:
             self._finished = True
+        if self._listener is not None:
+            self._listener(item)
+            return
         if self._on_loop_thread():
             self._append(item)
             return

@@ -166,10 +166,11 @@ class PythonInstance:
     def execute_then(self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]) -> None:
         """`execute_queued` for one request without a future or the loop: the first free instance of the version
         runs it and calls `then` with its result on its own thread (where `then` must answer, not raise). Only for
-        a model that is not decoupled and `queues_calls`: the scheduler asks that once, when it starts
-        (`Scheduler.takes_then`), not per request."""
+        a model that `queues_calls`: the scheduler asks that once, when it starts (`Scheduler.takes_then`), not per
+        request. A decoupled model's result is `{}` once `execute` returned, its responses gone through the
+        request's channel (`_execute_decoupled`)."""
         if self._decoupled:
-            then(internal(f"model '{self._name}' cannot run a request outside the event loop"))
+            self._execute_decoupled_then(request, ran, then)
             return
         requests = (request,)
 
@@ -228,13 +229,9 @@ class PythonInstance:
         `execute` returns (the instance is free again), its responses go through its channel. If `execute`
         fails or returns something other than None, every request not yet finished gets the error as its
         final response, as Triton's python_backend does."""
-        senders: list[InferenceResponseSender] = []
-        for request in requests:
-            if request.responses is None:  # an ensemble or the data plane always gives one; never None here
-                return [internal(f"model '{self._name}' is decoupled but the request has no response channel")] \
-                    * len(requests)
-            convert = functools.partial(self._stream_item, request)
-            senders.append(InferenceResponseSender(request.responses, convert, self._name))
+        senders = self._senders(requests)
+        if isinstance(senders, InferenceError):
+            return [senders] * len(requests)
         pb_requests = [_incoming(request, sender) for request, sender in zip(requests, senders, strict=True)]
         error: InferenceError | None = None
         try:
@@ -244,15 +241,49 @@ class PythonInstance:
         except Exception as exc:
             error = internal(f"model '{self._name}': {type(exc).__name__}: {exc}")
         else:
-            if returned is not None:
-                error = internal(
-                    f"Python model '{self._name}' is using the decoupled mode and the execute function must "
-                    "return None."
-                )
-        if error is not None:
-            for sender in senders:
-                sender.fail(error)
+            error = self._not_none(returned)
+        _fail_senders(senders, error)
         return [{} for _ in requests]
+
+    def _execute_decoupled_then(
+        self, request: BackendRequest, ran: RunTimes, then: Callable[[BackendResult], None]
+    ) -> None:
+        """`_execute_decoupled` for one request without a future or the loop (`execute_then`)."""
+        senders = self._senders((request,))
+        if isinstance(senders, InferenceError):
+            then(senders)
+            return
+
+        def outcome(ok: bool, value: Any) -> None:  # on the instance's thread, as `_execute_decoupled` ends
+            error: InferenceError | None
+            if ok:
+                error = self._not_none(value)
+            elif isinstance(value, Exception):
+                error = self._failure(value)
+            else:  # SystemExit and the like, raised by the model on its thread: contained here
+                error = self._contained("execute", value)
+            _fail_senders(senders, error)
+            then({})
+
+        self._calls.submit_then(outcome, self._context(), "execute", ([_incoming(request, senders[0])],), ran)
+
+    def _senders(self, requests: Sequence[BackendRequest]) -> list[InferenceResponseSender] | InferenceError:
+        """A response sender per request, over its channel."""
+        senders: list[InferenceResponseSender] = []
+        for request in requests:
+            if request.responses is None:  # an ensemble or the data plane always gives one; never None here
+                return internal(f"model '{self._name}' is decoupled but the request has no response channel")
+            convert = functools.partial(self._stream_item, request)
+            senders.append(InferenceResponseSender(request.responses, convert, self._name))
+        return senders
+
+    def _not_none(self, returned: object) -> InferenceError | None:
+        """A decoupled `execute` returns None; anything else is an error for its requests."""
+        if returned is None:
+            return None
+        return internal(
+            f"Python model '{self._name}' is using the decoupled mode and the execute function must return None."
+        )
 
     def _stream_item(self, request: BackendRequest, response: object, final: bool) -> StreamItem:
         """A response a decoupled model sent: its outputs the request asked for (all when it named none),
@@ -345,3 +376,10 @@ def _incoming(request: BackendRequest, sender: InferenceResponseSender | None = 
     if sender is not None:
         incoming.attach_response_sender(sender)
     return incoming
+
+
+def _fail_senders(senders: Sequence[InferenceResponseSender], error: InferenceError | None) -> None:
+    """After a decoupled `execute`: every request not yet finished gets `error` as its final response."""
+    if error is not None:
+        for sender in senders:
+            sender.fail(error)
