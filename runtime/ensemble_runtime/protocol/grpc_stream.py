@@ -33,7 +33,8 @@ from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError, bounded, internal, invalid
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.offload import response_size, sized
+from ensemble_runtime.protocol.stream_gate import Gate
 from ensemble_runtime.shared_memory import SharedMemoryRegistry, ShmRef, output_refs
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -97,6 +98,17 @@ class ProtobufCodec:
         return stream_error(request, message, final=final)
 
 
+class DirectPath(Protocol[R_contra]):
+    """Requests of a stream answered without a task (`stream_direct.DirectStreams`)."""
+
+    def take(self, request: R_contra, gate: Gate) -> bool:
+        """On the loop: whether it answers `request` (then it leaves `gate` as the request ends, or gives it up
+        when the client went away); False: nothing was done."""
+
+    def stop(self) -> None:
+        """On the loop: the stream ends; what it took and has not answered is cancelled."""
+
+
 class StreamSession(Generic[R, M]):
     """One ModelStreamInfer call over the data plane."""
 
@@ -107,15 +119,16 @@ class StreamSession(Generic[R, M]):
         self._limit = max(1, limit)
         self._answered = answered
 
-    async def drive(self, requests: AsyncIterator[R], send: Callable[[M], Awaitable[bool]]) -> None:
+    async def drive(self, requests: AsyncIterator[R], send: Callable[[M], Awaitable[bool]],
+                    direct: DirectPath[R] | None = None) -> None:
         """Reads `requests` here and answers each in a task of its own, which writes its messages with `send`
-        (waiting while it waits: the client reads slowly) and then calls `answered`. Returns once the requests
-        ended and every one is answered, or as soon as `send` says the client is gone (False); raises what
-        reading raised (a frame that does not decode), the requests in flight cancelled."""
+        (waiting while it waits: the client reads slowly) and then calls `answered`; or, where `direct` takes it,
+        without a task (`stream_direct`). Returns once the requests ended and every one is answered, or as soon as
+        `send` says the client is gone (False); raises what reading raised (a frame that does not decode), the
+        requests in flight cancelled."""
         loop = asyncio.get_running_loop()
-        slots = asyncio.Semaphore(self._limit)
+        gate = Gate(self._limit, loop)
         tasks: set[asyncio.Task[None]] = set()
-        gone = asyncio.Event()
         answered = self._answered
 
         async def answer(request: R) -> None:
@@ -123,24 +136,26 @@ class StreamSession(Generic[R, M]):
                 async with contextlib.aclosing(self._answer(request)) as messages:
                     async for message in messages:
                         if not await send(message):
-                            gone.set()
+                            gate.give_up()
                             return
                 if answered is not None:
                     answered()
             finally:
-                slots.release()
+                gate.leave()
 
         try:
             async for request in requests:
-                await slots.acquire()
-                if gone.is_set():
+                if not await gate.enter():
                     return
+                if direct is not None and direct.take(request, gate):
+                    continue
                 task = loop.create_task(answer(request))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            while tasks and not gone.is_set():  # a task that finds the client gone ends the rest
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            await gate.settled()  # a request that finds the client gone ends the rest
         finally:
+            if direct is not None:
+                direct.stop()
             pending = list(tasks)
             for task in pending:
                 task.cancel()
@@ -210,7 +225,7 @@ def _take_empty_final(request: pb.ModelInferRequest) -> bool:
 async def encode_streamed(response: InferResponse, final: bool, shm: SharedMemoryRegistry | None = None,
                           refs: dict[str, ShmRef] | None = None) -> pb.ModelStreamInferResponse:
     """The protobuf message carrying `response` with its final flag (encoded in a thread when large)."""
-    size = sum(int(array.nbytes) for array in response.outputs.values())
+    size = response_size(response)
     message = await sized(size, grpc_codec.encode_response, response, shm, refs)
     message.parameters[FINAL].bool_param = final
     return pb.ModelStreamInferResponse(infer_response=message)

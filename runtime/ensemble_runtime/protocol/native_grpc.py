@@ -19,13 +19,13 @@ from ensemble_runtime.protocol.native_calls import answer_forwarded, begin_infer
 from ensemble_runtime.protocol.native_stream import (
     Inbound,
     Outlet,
-    answer_stream,
     answer_watch,
     model_infer_inbound,
     watch_inbound,
 )
 from ensemble_runtime.protocol.on_loop import LoopDriver, drive
 from ensemble_runtime.protocol.restricted import GRPC_CATEGORIES
+from ensemble_runtime.protocol.stream_direct import answer_stream
 from ensemble_runtime.repository_plane import RepositoryPlane
 from ensemble_runtime.restrictions import Restrictions
 from ensemble_runtime.settings import GrpcConnections

@@ -16,15 +16,15 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2 as pb
 
-from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import bounded, invalid
+from ensemble_runtime.errors import invalid
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol._native import EncodedMessage, InferRequestView, StreamCall, StreamFrame
-from ensemble_runtime.protocol.grpc_stream import EMPTY_FINAL, StreamSession, encode_streamed, stream_error
-from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, RpcAbort
-from ensemble_runtime.protocol.offload import sized
+from ensemble_runtime.protocol.grpc_stream import EMPTY_FINAL, FINAL, stream_error
+from ensemble_runtime.protocol.native_calls import CANCELLED, INVALID_ARGUMENT, UNAVAILABLE, RpcAbort
+from ensemble_runtime.protocol.offload import response_size, sized
 from ensemble_runtime.shared_memory import SharedMemoryRegistry, ShmRef
 
 log = logging.getLogger(__name__)
@@ -152,13 +152,19 @@ class NativeCodec:
 
     async def response(self, request: InferRequestView, response: InferResponse, final: bool,
                        shm: SharedMemoryRegistry, refs: dict[str, ShmRef]) -> StreamMessage:
+        return await sized(response_size(response), self.encode, response, final, shm, refs)
+
+    def encode(self, response: InferResponse, final: bool, shm: SharedMemoryRegistry,
+               refs: dict[str, ShmRef]) -> StreamMessage:
+        """The message carrying `response`, on this thread: by the core where it writes the outputs as they are,
+        else by Python's conversion (outputs in `refs` written to their shared memory)."""
         if not refs:
-            size = sum(int(array.nbytes) for array in response.outputs.values())
-            encoded = await sized(size, StreamCall.encode_response, response, final)
+            encoded = StreamCall.encode_response(response, final)
             if encoded is not None:
                 return encoded
-        message = await encode_streamed(response, final, shm, refs)
-        data: bytes = message.SerializeToString()
+        message = grpc_codec.encode_response(response, shm, refs)
+        message.parameters[FINAL].bool_param = final
+        data: bytes = pb.ModelStreamInferResponse(infer_response=message).SerializeToString()
         return data
 
     def bare(self, request: InferRequestView, final: bool) -> StreamMessage:
@@ -199,22 +205,3 @@ async def answer_watch(stream: StreamCall, inbound: Inbound[Any], outlet: Outlet
         stream.fail(outcome.code, outcome.details)
     else:
         stream.close()
-
-
-async def answer_stream(stream: StreamCall, inbound: Inbound[InferRequestView], outlet: Outlet,
-                        dataplane: DataPlane, limit: int) -> None:
-    """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
-    status."""
-    try:  # each request's task writes its messages itself
-        await StreamSession(dataplane, NativeCodec(), limit, stream.answered).drive(inbound, outlet.send)
-    except RpcAbort as abort:
-        stream.fail(abort.code, abort.details)
-        return
-    except asyncio.CancelledError:
-        stream.fail(CANCELLED, "the server is stopping")
-        raise
-    except Exception as exc:
-        log.exception("unexpected error in ModelStreamInfer")
-        stream.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
-        return
-    stream.close()

@@ -25,7 +25,11 @@ impl InFlight {
     }
 
     pub fn idle(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == 0
+        self.count() == 0
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
     }
 }
 

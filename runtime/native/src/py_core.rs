@@ -178,7 +178,11 @@ impl GrpcCore {
                     },
                 )?
                 .into_any(),
-                Work::StreamOpen(link) => Py::new(py, StreamCall::new(link))?.into_any(),
+                Work::StreamOpen(link) => Py::new(
+                    py,
+                    StreamCall::new(link, self.serving.delivering(self.core.in_flight.clone())),
+                )?
+                .into_any(),
                 Work::StreamFrame(frame) => {
                     Py::new(py, StreamFrame::new(frame, numpy.clone()))?.into_any()
                 }

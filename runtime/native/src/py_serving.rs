@@ -86,16 +86,41 @@ impl<T> Answering<T> {
         if unanswered.answer() > 0 {
             return send(); // others await answers: the loop's next turn writes this one with theirs
         }
-        let unsent = match port.try_lock() {
-            Ok(state) => match state.as_ref() {
-                Some(port) => on_loop::deliver(&port.runtime, send),
-                None => Some(send),
-            },
-            Err(_) => Some(send), // being turned (or stopped): the turn writes it
-        };
-        if let Some(send) = unsent {
-            send();
+        write_here(port, send);
+    }
+}
+
+/// How a stream's messages are sent: as [`Answering`] sends an answer, written by the thread that offers one
+/// where the loop drives the port and the message's request is the only call the core has in flight (its
+/// requests count until their last message, crate::busy::StreamRequests); else handed to the stream's task,
+/// which the loop's next turn (or the port's threads) runs.
+pub struct Delivering<T> {
+    port: Option<SharedPort<T>>,
+    in_flight: InFlight,
+}
+
+impl<T> Delivering<T> {
+    /// Runs `send` (which offers a message to the stream) and sees the message written.
+    pub fn send(&self, send: impl FnOnce()) {
+        match self.port.as_ref() {
+            Some(port) if self.in_flight.count() <= 1 => write_here(port, send),
+            _ => send(),
         }
+    }
+}
+
+/// Runs `send` and the port the loop drives from this thread until what it handed over is written, unless the
+/// port is being turned (or stopped): that turn writes it.
+fn write_here<T>(port: &SharedPort<T>, send: impl FnOnce()) {
+    let unsent = match port.try_lock() {
+        Ok(state) => match state.as_ref() {
+            Some(port) => on_loop::deliver(&port.runtime, send),
+            None => Some(send),
+        },
+        Err(_) => Some(send), // being turned (or stopped): the turn writes it
+    };
+    if let Some(send) = unsent {
+        send();
     }
 }
 
@@ -127,6 +152,14 @@ impl<T: Send + 'static> Serving<T> {
             port: self
                 .on_loop()
                 .then(|| (self.state.clone(), Unanswered::new(&self.unanswered))),
+        }
+    }
+
+    /// How the messages of a stream opened now are sent (see [`Delivering`]); `in_flight`: the core's calls.
+    pub fn delivering(&self, in_flight: InFlight) -> Delivering<T> {
+        Delivering {
+            port: self.on_loop().then(|| self.state.clone()),
+            in_flight,
         }
     }
 

@@ -15,6 +15,7 @@ use crate::messages::{
 };
 use crate::py_arrays::{answer_head, bool_parameter, ExportedArray};
 use crate::py_request::{request_view, Arrays, InferRequestView};
+use crate::py_serving::Delivering;
 use crate::stream::{Frame, Offer, Outbound, StreamLink};
 
 pyo3::create_exception!(
@@ -47,16 +48,18 @@ pub struct StreamCall {
     outbound: Mutex<Option<Outbound>>,
     want: std::sync::Arc<tokio::sync::Semaphore>,
     requests: Option<StreamRequests>,
+    delivering: Delivering<()>,
 }
 
 impl StreamCall {
-    pub fn new(link: StreamLink) -> Self {
+    pub fn new(link: StreamLink, delivering: Delivering<()>) -> Self {
         Self {
             id: link.id,
             method: link.path,
             outbound: Mutex::new(Some(link.outbound)),
             want: link.want,
             requests: link.requests,
+            delivering,
         }
     }
 
@@ -106,20 +109,25 @@ impl StreamCall {
 
     /// Offers one response message (serialized bytes, or an `EncodedMessage`): 0 sent, 1 the window is full
     /// (offer it again after this stream's `StreamWritable`), 2 the stream has ended (the client went away).
-    fn send(&self, message: &Bound<'_, PyAny>) -> PyResult<u8> {
+    /// From any thread; the GIL is released while it is written (where this thread writes it, `Delivering`).
+    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<u8> {
         let data = match message.downcast::<EncodedMessage>() {
             Ok(encoded) => encoded.get().data.clone(),
             Err(_) => Bytes::copy_from_slice(message.extract::<&[u8]>()?),
         };
-        let offer = match self
-            .outbound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            Some(outbound) => outbound.offer(data),
-            None => Offer::Closed,
-        };
+        let mut offer = Offer::Closed;
+        py.allow_threads(|| {
+            self.delivering.send(|| {
+                if let Some(outbound) = self
+                    .outbound
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                {
+                    offer = outbound.offer(data);
+                }
+            })
+        });
         Ok(offer as u8)
     }
 

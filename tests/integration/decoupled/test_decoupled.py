@@ -8,6 +8,7 @@ still answers a plain request.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,40 @@ def test_stream_in_flight_limit_holds_the_next_request() -> None:
         assert [(m.id, m.outputs) for m in got] == [("wait", {"OUT": [0]}), ("release", {"OUT": [2]})]
         still_serving(proc)
 
+
+
+def _counts(server: RuntimeProcess, model: str) -> tuple[int, int, int]:
+    """The model's requests that succeeded, failed, and its executions (statistics as JSON: counts are strings)."""
+    with server.grpc_client() as client:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return (int(inference["success"].get("count", 0)), int(inference["fail"].get("count", 0)),
+            int(stats.get("execution_count", 0)))
+
+
+def test_streamed_requests_are_counted_as_they_end(server: RuntimeProcess) -> None:
+    """Requests the native core answers without a task (a decoupled model on its own thread): each a success
+    and an execution once its final flag was sent, read by the statistics the moment the client has it."""
+    before = _counts(server, "repeat_int32")
+    with Stream(server.grpc_url) as stream:
+        for index in range(5):
+            stream.send("repeat_int32", repeat_inputs([index, index]), f"c{index}", empty_final=True)
+        finals = [m for _ in range(5 * 3) if (m := stream.next()).final]
+        assert sorted(m.id for m in finals) == [f"c{i}" for i in range(5)]
+    success, fail, executions = _counts(server, "repeat_int32")
+    assert (success - before[0], fail - before[1], executions - before[2]) == (5, 0, 5)
+    still_serving(server)
+
+
+def test_a_client_gone_mid_request_leaves_it_uncounted(server: RuntimeProcess) -> None:
+    """A stream closed while its request still sends: the model's later responses are dropped, the request is
+    neither a success nor a failure (as a cancelled request on the task path), and the server serves on."""
+    before = _counts(server, "repeat_int32")
+    with Stream(server.grpc_url) as stream:
+        stream.send("repeat_int32", repeat_inputs([1, 2], delay_ms=500), "gone", empty_final=True)
+        assert stream.next().outputs["OUT"] == [1]  # the first response came; the second is half a second away
+        stream.client.stop_stream(cancel_requests=True)  # the client goes away (not a half-close: that waits)
+    time.sleep(1.5)  # past the model's last send: nothing of it may be counted
+    success, fail, executions = _counts(server, "repeat_int32")
+    assert (success - before[0], fail - before[1], executions - before[2]) == (0, 0, 1)
+    still_serving(server)

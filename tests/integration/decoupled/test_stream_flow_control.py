@@ -5,6 +5,9 @@ its input, keeps offering requests and reads nothing. Each front end must stop t
 once its in-flight limit and its response window are full (HTTP/2 flow control then stops the client), so the
 server's resident memory stays within a bound derived from the bytes the client managed to send, while a
 second client on another stream is still answered.
+
+Requests of up to 64 KiB to such a model are answered without a task through the native core (the model's thread
+sends each response: `protocol.stream_direct`), larger ones by a task per request: both are run.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from tests.support.runtime_process import RuntimeProcess
 
 MODELS = Path(__file__).parent / "flow_models"
 SIZE = 256 * 1024  # bytes per request; each response is as large
+DIRECT_SIZE = 48 * 1024  # a request the native core's direct path takes (at most INLINE_BYTES)
 COPIES = 4  # responses per request
 OFFERED = 400  # requests the client offers (100 MiB): far more than the server may hold
 MIB = 1024 * 1024
@@ -41,13 +45,14 @@ def _rss(pid: int) -> int:
 class Offers:
     """The request iterator of the unread stream; counts the requests gRPC took from it."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
         self.taken = 0
+        self._size = size
         self._stop = threading.Event()
         self._request = pb.ModelInferRequest(model_name="echo_burst", id="unread")
-        self._request.inputs.add(name="IN", datatype="UINT8", shape=[SIZE])
+        self._request.inputs.add(name="IN", datatype="UINT8", shape=[size])
         self._request.inputs.add(name="COUNT", datatype="UINT32", shape=[1])
-        self._request.raw_input_contents.extend([bytes(SIZE), np.array([COPIES], np.uint32).tobytes()])
+        self._request.raw_input_contents.extend([bytes(size), np.array([COPIES], np.uint32).tobytes()])
 
     def __iter__(self) -> Iterator[pb.ModelInferRequest]:
         while self.taken < OFFERED and not self._stop.is_set():
@@ -59,7 +64,7 @@ class Offers:
 
     @property
     def sent_bytes(self) -> int:
-        return self.taken * SIZE
+        return self.taken * self._size
 
 
 def _answered(url: str) -> None:
@@ -72,14 +77,15 @@ def _answered(url: str) -> None:
         assert got[0].error is None and got[0].outputs["OUT"] == list(range(8))
 
 
-@pytest.mark.parametrize("frontend", ["native", "grpcio"])
-def test_an_unread_stream_does_not_grow_the_server(frontend: str) -> None:
+@pytest.mark.parametrize(("frontend", "size"), [("native", SIZE), ("grpcio", SIZE), ("native", DIRECT_SIZE)],
+                         ids=["native", "grpcio", "native-direct"])
+def test_an_unread_stream_does_not_grow_the_server(frontend: str, size: int) -> None:
     args = [f"--grpc-frontend={frontend}", "--grpc-stream-max-in-flight=2", f"--grpc-max-message-bytes={4 * SIZE}"]
     with RuntimeProcess([MODELS], args) as server:
         server.wait_model_ready("echo_burst")
         _answered(server.grpc_url)
         baseline = _rss(server.pid)
-        offers = Offers()
+        offers = Offers(size)
         limit = [("grpc.max_send_message_length", 4 * SIZE), ("grpc.max_receive_message_length", 4 * SIZE)]
         with grpc.insecure_channel(server.grpc_url, options=limit) as channel:
             call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(offers))
