@@ -9,8 +9,9 @@ in flight, its version's hold) and its execution's (the scheduler's counts) are 
 `infer_then` took is (`DataPlane.settlements`): nothing wakes the loop per response or per request.
 
 Taken only where `infer_stream` would do the same work: a decoupled model (not an ensemble) whose instances queue
-calls on their own threads, a request in no sequence, no trace settings in force (`stream_takes`); anything else
-takes `infer_stream`. What a request gets is the same: the same checks and errors, the same responses in the same
+calls on their own threads, a request in no sequence, no trace settings in force (`stream_takes`, which also
+says where a streamed request for a model that is not decoupled may go as ModelInfer's does); anything else takes
+`infer_stream`. What a request gets is the same: the same checks and errors, the same responses in the same
 order, the final flag, and the same statistics (a success once the final response went to the client, a failure
 when the scheduler refused the call or could not run it, neither when the client went away first)."""
 
@@ -42,29 +43,34 @@ Emit = Callable[[StreamResponse, Callable[[], None] | None], None]
 
 def stream_takes(
     dp: DataPlane, name: str, version: str, parameters: Mapping[str, ParamValue]
-) -> LoadedVersion | None:
-    """On the loop: the version `stream_then` runs a request for the model `name` at `version` with these
-    parameters, or None where `infer_stream` must (nothing was done, nothing taken from the request)."""
+) -> tuple[LoadedVersion, bool] | None:
+    """On the loop: the version a streamed request for the model `name` at `version` with these parameters runs on
+    without `infer_stream`, and whether it is decoupled: a decoupled model (not an ensemble) whose instances run
+    on their own threads goes through `stream_then`; a model or an ensemble that is not decoupled answers once, as
+    ModelInfer does (`DataPlane.infer_then`, or `infer`). None where `infer_stream` must (in a sequence, traced, a
+    decoupled ensemble, a decoupled model on the loop): nothing was done, nothing taken from the request."""
     if not dp.accepting or dp.tracing.control.active or names_sequence(parameters):
         return None
     record = dp.registry.records.get(name)
-    if record is None or record.ensemble is not None:
+    if record is None:
         return None
     try:
         lv = dp.registry.find(name, version)
     except InferenceError:  # `infer_stream` answers with it
         return None
+    if record.ensemble is not None:
+        return None if record.ensemble.graph.decoupled else (lv, False)
+    if not is_decoupled(lv):
+        return lv, False
     scheduler = lv.scheduler
-    if not is_decoupled(lv) or not isinstance(scheduler, Scheduler) or not scheduler.hands_on:
-        return None
-    return lv
+    return (lv, True) if isinstance(scheduler, Scheduler) and scheduler.hands_on else None
 
 
 def stream_then(
     dp: DataPlane, lv: LoadedVersion, request: InferRequest, declared: Mapping[str, str] | None, emit: Emit
 ) -> Callable[[], None]:
-    """On the loop: `request` (for `lv`, which `stream_takes` gave) checked as `infer_stream` checks it, raising
-    its errors, and handed to the model; each response goes to `emit` (see the module). Returns the request's
+    """On the loop: `request` (for `lv`, decoupled, which `stream_takes` gave) checked as `infer_stream` checks it,
+    raising its errors, and handed to the model; each response goes to `emit` (see the module). Returns the request's
     cancel, for the loop: the client went away (the model sees `is_cancelled()`, later responses are dropped, the
     request ends uncounted, as a cancelled `infer_stream` does)."""
     dp.settle_answered()  # what the model threads answered is counted first: their places in the queue are free

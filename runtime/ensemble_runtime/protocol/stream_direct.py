@@ -1,5 +1,7 @@
 """ModelStreamInfer through the native core without a task per request, where the data plane takes one
-(`stream_then`: a decoupled model whose instances run on their own threads).
+(`stream_then.stream_takes`: a decoupled model whose instances run on their own threads, through `stream_then`; a
+model or ensemble that is not decoupled, through `DataPlane.infer_then` as ModelInfer's requests, or `infer` in a
+task where that does not take it).
 
 Each response is encoded and offered to the core on the thread the model sent it from (the core's `send` may be
 called from any thread), and the request's last message tells the core it is answered there too: the event loop
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import InferenceError, bounded, internal
-from ensemble_runtime.inference import InferResponse
+from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol._native import InferRequestView, StreamCall
 from ensemble_runtime.protocol.grpc_stream import StreamSession
 from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, RpcAbort
@@ -149,9 +152,10 @@ class DirectStreams:
         it is answered here whatever happens: its responses, or its error; `gate` is left as it ends."""
         if request.size > INLINE_BYTES:  # decoded inline here: a large one is decoded on a worker thread there
             return False
-        lv = stream_takes(self._dp, request.model_name, request.model_version, request.parameters)
-        if lv is None:
+        taken = stream_takes(self._dp, request.model_name, request.model_version, request.parameters)
+        if taken is None:
             return False
+        lv, decoupled = taken
         if self._out is None:
             loop = asyncio.get_running_loop()
             self._out = DirectSend(self._stream.send, self._outlet, gate, loop)
@@ -163,12 +167,25 @@ class DirectStreams:
             empty_final = codec.take_empty_final(request)
             decoded, declared = codec.decode(request, shm)
             direct.started(empty_final, output_refs(decoded.output_parameters))
-            direct.cancel = stream_then(self._dp, lv, decoded, declared, direct.emit)
+            if decoupled:
+                direct.cancel = stream_then(self._dp, lv, decoded, declared, direct.emit)
+            elif not self._dp.infer_then(decoded, declared, direct.answer):
+                task = asyncio.get_running_loop().create_task(self._infer(direct, decoded, declared))
+                direct.cancel = functools.partial(_cancel, task)
         except InferenceError as exc:
             direct.fail(exc.message)
         except Exception as exc:
             direct.fail(str(internal(f"{type(exc).__name__}: {exc}")))
         return True
+
+    async def _infer(self, direct: _Direct, request: InferRequest, declared: dict[str, str]) -> None:
+        """A request for a model that is not decoupled that `infer_then` did not take, answered as ModelInfer's."""
+        try:
+            response = await self._dp.infer(request, declared)
+        except Exception as exc:
+            direct.answer(exc)
+            return
+        direct.answer(response)
 
     def stop(self) -> None:
         """On the loop: the stream is ending before its requests did (the client went away, the server stops):
@@ -232,8 +249,19 @@ class _Direct:
         else:
             self._out.send(None, 0, after)
 
+    def answer(self, result: InferResponse | Exception) -> None:
+        """`DataPlane.infer_then`'s (any thread), for a model that is not decoupled: its one response, final, or
+        its error."""
+        if isinstance(result, InferResponse):
+            self._out.send(lambda: self._encode(result, True), response_size(result), self._end)
+            return
+        if isinstance(result, InferenceError):
+            self.fail(result.message)
+        else:
+            self.fail(str(internal(f"{type(result).__name__}: {result}")))
+
     def fail(self, message: str) -> None:
-        """On the loop: the request's error, its only message (it never reached the model)."""
+        """The request's error, its only message."""
         request, codec = self._request, self._codec
         self._out.send(lambda: codec.error(request, message, True), 0, self._end)
 
@@ -268,6 +296,10 @@ class _Direct:
 
 def _nothing() -> None:
     pass
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
 
 
 async def answer_stream(stream: StreamCall, inbound: Inbound[InferRequestView], outlet: Outlet,

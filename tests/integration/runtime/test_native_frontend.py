@@ -242,7 +242,8 @@ def _types_request(request_id: str, requested: list[str] | None = None) -> pb.Mo
 
 def test_stream_messages_as_grpcio_writes_them(servers: dict[str, RuntimeProcess]) -> None:
     """The native core decodes each frame and writes each response itself (Python's conversion where an output
-    is BYTES): every message the same as grpcio's, field for field."""
+    is BYTES), an ONNX model's from the loop, a python model's from its thread: every message the same as
+    grpcio's, field for field."""
     plain = _infer_request("add_sub", [1, 16], np.arange(16, dtype=np.float32).tobytes(), id="plain")
     plain.parameters["triton_enable_empty_final_response"].bool_param = True  # read, and not passed on
     not_bool = _infer_request("add_sub", [1, 16], bytes(64), id="not-bool")
@@ -251,8 +252,11 @@ def test_stream_messages_as_grpcio_writes_them(servers: dict[str, RuntimeProcess
     with_params.parameters["sequence_id"].int64_param = 0
     with_params.outputs.add(name="OUTPUT1")
     short = _infer_request("add_sub", [1, 16], bytes(60), id="short")
+    python = _infer_request("py_add_sub", [4], np.arange(4, dtype=np.float32).tobytes(), id="python")  # its threads
+    python_short = _infer_request("py_add_sub", [4], bytes(12), id="python-short")
     requests = [plain, not_bool, with_params, short, _types_request("numbers", ["fp16_out", "int8_out", "flag_out"]),
-                _types_request("with-text"), _infer_request("no_such_model", [1, 16], bytes(64), id="unknown")]
+                _types_request("with-text"), _infer_request("no_such_model", [1, 16], bytes(64), id="unknown"),
+                python, python_short]
     answers: dict[str, dict[str, pb.ModelStreamInferResponse]] = {}
     for name, proc in servers.items():
         with grpc.insecure_channel(proc.grpc_url) as channel:
@@ -262,7 +266,9 @@ def test_stream_messages_as_grpcio_writes_them(servers: dict[str, RuntimeProcess
         assert len(answers[name]) == len(requests)
     assert answers["native"] == answers["grpcio"]
     native = answers["native"]
-    assert [native[i].error_message == "" for i in ("plain", "params", "numbers", "with-text")] == [True] * 4
+    assert [native[i].error_message == "" for i in ("plain", "params", "numbers", "with-text", "python")] == [True] * 5
+    assert [o.name for o in native["python"].infer_response.outputs] == ["OUTPUT0", "OUTPUT1", "INFO"]
+    assert "unexpected total byte size 12" in native["python-short"].error_message
     assert "triton_enable_empty_final_response" in native["not-bool"].error_message
     assert "unexpected total byte size 60" in native["short"].error_message
     assert [o.datatype for o in native["with-text"].infer_response.outputs] == ["FP16", "INT8", "BOOL", "BYTES"]
