@@ -9,7 +9,8 @@ no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's `InferenceSess
 process pinned like the server: the p50 difference is our overhead. With `--floor`, the gRPC points (the ONNX one
 too) also measure `bench.pa.floor`: the native core echoing each request from one loop wake-up, with no data
 plane and no model, the least any request to our runtime takes on this machine. With `--inline` the python
-models carry our `EXECUTE_INLINE` parameter (their `execute` on our event loop; Triton ignores it).
+models carry our `EXECUTE_INLINE` parameter (their `execute` on our event loop; Triton ignores it). With
+`--streaming` every python workload goes over ModelStreamInfer (gRPC only, one stream per perf_analyzer context).
 
 All servers run for the whole benchmark on the same repository and are measured in alternation, `--repeats`
 runs per point. With `--pin` (the default with 2 or more CPUs) every server runs on the first CPU and
@@ -145,10 +146,15 @@ class Bench:
     """The servers (name -> process, all running), perf_analyzer, and how each run is made."""
 
     def __init__(self, binary: Path, servers: Mapping[str, ServerProcess], pinning: Pinning, interval_ms: int,
-                 repeats: int, stability: int, per_thread: bool = False) -> None:
+                 repeats: int, stability: int, per_thread: bool = False, streaming: bool = False) -> None:
         self.binary, self.servers, self.pinning = binary, servers, pinning
         self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
         self.per_thread = per_thread  # also sample each thread of our servers (bench.pa.threads)
+        self.streaming = streaming  # every model over ModelStreamInfer (the decoupled one always is)
+
+    def streams(self, model: str) -> bool:
+        """Whether `model`'s requests go over ModelStreamInfer (perf_analyzer's --streaming, gRPC only)."""
+        return self.streaming or model == DECOUPLED
 
     def args(self, protocol: str, concurrency: int, streaming: bool = False) -> list[str]:
         return ["-i", protocol, *(["--streaming"] if streaming else []), "--concurrency-range", str(concurrency),
@@ -165,7 +171,7 @@ class Bench:
         requests, cpu = self.success_count(name, model), tree_cpu_seconds(server.pid)
         before = threads.sample(server.pid) if sampled else {}
         measured = run_perf_analyzer(self.binary, model, server_url(server, protocol),
-                                     self.args(protocol, concurrency, model == DECOUPLED),
+                                     self.args(protocol, concurrency, self.streams(model)),
                                      prefix=self.pinning.client_prefix())
         after = threads.sample(server.pid) if sampled else {}
         cpu, requests = tree_cpu_seconds(server.pid) - cpu, self.success_count(name, model) - requests
@@ -194,7 +200,7 @@ class Bench:
             point["ratio"] = report.ratios(point, [n for n in names if n != TRITON], TRITON)
         point["command"] = shlex.join([*self.pinning.client_prefix(), "perf_analyzer", "-m", model, "-u",
                                        f"<server>:<{protocol} port>",
-                                       *self.args(protocol, concurrency, model == DECOUPLED)])
+                                       *self.args(protocol, concurrency, self.streams(model))])
         return point
 
     def onnx_direct(self, model_path: Path, seconds: float) -> Run:
@@ -270,6 +276,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--inline", action="store_true",
                         help="the python models with EXECUTE_INLINE (ours runs their execute on the loop; Triton "
                              "ignores the parameter)")
+    parser.add_argument("--streaming", action="store_true",
+                        help="every python workload over gRPC streaming (perf_analyzer --streaming; no HTTP, no floor)")
     parser.add_argument("--threads", action="store_true",
                         help="per thread of ours: CPU and context switches per request (bench.pa.threads)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
@@ -323,12 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server.wait_model_ready(model, 120)
         if args.neighbor:
             stack.enter_context(busy_neighbor(pinning))
-        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads)
+        bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads,
+                      args.streaming)
         for model in models:
             for protocol in protocols:
-                if model == DECOUPLED and protocol != "grpc":
+                if bench.streams(model) and protocol != "grpc":
                     continue
-                names = [n for n in servers if n != FLOOR or (protocol == "grpc" and model != DECOUPLED)]
+                names = [n for n in servers if n != FLOOR or (protocol == "grpc" and not bench.streams(model))]
                 for concurrency in levels:
                     point = bench.point(names, model, protocol, concurrency)
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
