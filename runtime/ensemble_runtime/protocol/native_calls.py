@@ -10,7 +10,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -94,19 +94,34 @@ async def answer_forwarded(call: Call, routes: Mapping[str, Route]) -> None:
     except Exception as exc:  # protobuf's DecodeError: the same answer as decode_guard gives under grpcio
         call.fail(INVALID_ARGUMENT, f"the {route.name} request is not a valid protobuf message ({type(exc).__name__})")
         return
+    await ended_by_status(call, route.name, _reply(call, route, request))
+
+
+async def _reply(call: Call, route: Route, request: Any) -> None:
+    response = await route.handle(request, CallContext())
+    call.reply(response.SerializeToString())
+
+
+class Ends(Protocol):
+    """A call that can be ended with a status (a unary `Call`, a `StreamCall`)."""
+
+    def fail(self, code: int, message: str) -> None: ...
+
+
+async def ended_by_status(call: Ends, method: str, work: Awaitable[None]) -> None:
+    """Runs `work`, which answers `call`; where it raises instead, `call` ends with the status its exception means:
+    an RpcAbort's own, CANCELLED where the server stops (the cancellation goes on), INTERNAL (logged) for anything
+    else."""
     try:
-        response = await route.handle(request, CallContext())
+        await work
     except RpcAbort as abort:
         call.fail(abort.code, abort.details)
-        return
     except asyncio.CancelledError:
         call.fail(CANCELLED, "the server is stopping")
         raise
     except Exception as exc:
-        log.exception("unexpected error in gRPC handler %s", route.name)
+        log.exception("unexpected error in gRPC handler %s", method)
         call.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
-        return
-    call.reply(response.SerializeToString())
 
 
 def begin_infer(call: Call, dataplane: DataPlane) -> Coroutine[Any, Any, None] | None:

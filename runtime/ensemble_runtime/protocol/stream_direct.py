@@ -19,25 +19,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import logging
 import threading
 from collections.abc import Callable
 
 from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.dataplane import DataPlane
-from ensemble_runtime.errors import InferenceError, bounded, internal
+from ensemble_runtime.errors import InferenceError, internal
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol._native import InferRequestView, StreamCall
 from ensemble_runtime.protocol.grpc_stream import StreamSession
-from ensemble_runtime.protocol.native_calls import CANCELLED, INTERNAL, RpcAbort
+from ensemble_runtime.protocol.native_calls import ended_by_status
 from ensemble_runtime.protocol.native_stream import FULL, SENT, Inbound, NativeCodec, Outlet, StreamMessage
 from ensemble_runtime.protocol.offload import INLINE_BYTES, response_size, sized
 from ensemble_runtime.protocol.stream_gate import Gate
 from ensemble_runtime.responses import StreamResponse
-from ensemble_runtime.shared_memory import SharedMemoryRegistry, ShmRef, output_refs
+from ensemble_runtime.shared_memory import ShmRef, output_refs
 from ensemble_runtime.stream_then import stream_takes, stream_then
-
-log = logging.getLogger(__name__)
 
 # A message waiting in the backlog: the message (or how to make it, on the loop, where it is large), its size, and
 # what to call once it was offered.
@@ -140,7 +137,8 @@ class DirectStreams:
 
     def __init__(self, dp: DataPlane, codec: NativeCodec, stream: StreamCall, outlet: Outlet) -> None:
         self._dp = dp
-        self._codec = codec
+        self.codec = codec
+        self.shm = dp.shared_memory
         self._stream = stream
         self._outlet = outlet
         self._out: DirectSend | None = None
@@ -159,10 +157,10 @@ class DirectStreams:
         if self._out is None:
             loop = asyncio.get_running_loop()
             self._out = DirectSend(self._stream.send, self._outlet, gate, loop)
-        direct = _Direct(self, self._codec, self._dp.shared_memory, request, gate, self._out)
+        direct = _Direct(self, request, gate, self._out)
         with self._lock:
             self._taken[id(direct)] = direct
-        codec, shm = self._codec, self._dp.shared_memory
+        codec, shm = self.codec, self.shm
         try:
             empty_final = codec.take_empty_final(request)
             decoded, declared = codec.decode(request, shm)
@@ -211,11 +209,10 @@ class _Direct:
     __slots__ = ("_broken", "_codec", "_ended", "_gate", "_lock", "_out", "_refs", "_request", "_sent", "_shm",
                  "_streams", "cancel", "empty_final")
 
-    def __init__(self, streams: DirectStreams, codec: NativeCodec, shm: SharedMemoryRegistry,
-                 request: InferRequestView, gate: Gate, out: DirectSend) -> None:
+    def __init__(self, streams: DirectStreams, request: InferRequestView, gate: Gate, out: DirectSend) -> None:
         self._streams = streams
-        self._codec = codec
-        self._shm = shm
+        self._codec = streams.codec
+        self._shm = streams.shm
         self._request = request
         self._gate = gate
         self._out = out
@@ -235,8 +232,9 @@ class _Direct:
         """`stream_then`'s: any thread, in order."""
         if self._broken:
             return
-        self._sent = sent
         request, final, codec = self._request, response.final, self._codec
+        if final:
+            self._sent = sent
         after = self._end if final else self._end_if_broken
         if response.error is not None:
             message = response.error.message
@@ -306,18 +304,13 @@ async def answer_stream(stream: StreamCall, inbound: Inbound[InferRequestView], 
                         dataplane: DataPlane, limit: int) -> None:
     """Runs the stream's session; its messages go out as the client takes them, then the stream ends with its
     status."""
-    try:  # each request's task writes its messages itself, as does a model's thread a request taken directly
-        codec = NativeCodec()
-        direct = DirectStreams(dataplane, codec, stream, outlet)
-        await StreamSession(dataplane, codec, limit, stream.answered).drive(inbound, outlet.send, direct)
-    except RpcAbort as abort:
-        stream.fail(abort.code, abort.details)
-        return
-    except asyncio.CancelledError:
-        stream.fail(CANCELLED, "the server is stopping")
-        raise
-    except Exception as exc:
-        log.exception("unexpected error in ModelStreamInfer")
-        stream.fail(INTERNAL, bounded(f"internal error: {type(exc).__name__}: {exc}"))
-        return
+    await ended_by_status(stream, "ModelStreamInfer", _drive(stream, inbound, outlet, dataplane, limit))
+
+
+async def _drive(stream: StreamCall, inbound: Inbound[InferRequestView], outlet: Outlet, dataplane: DataPlane,
+                 limit: int) -> None:
+    # each request's task writes its messages itself, as does a model's thread a request taken directly
+    codec = NativeCodec()
+    direct = DirectStreams(dataplane, codec, stream, outlet)
+    await StreamSession(dataplane, codec, limit, stream.answered).drive(inbound, outlet.send, direct)
     stream.close()
