@@ -61,7 +61,7 @@ from bench.models import (
 )
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
-from bench.pa.report import FLOOR, TRITON
+from bench.pa.report import FLOOR, FLOOR_IN_CORE, FLOORS, TRITON
 from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
 from tests.support.server_process import ServerProcess
 
@@ -216,7 +216,7 @@ class Bench:
     def onnx_point(self, ours: Sequence[str], protocol: str, model_path: Path, seconds: float) -> dict[str, Any]:
         """Ours at concurrency 1 on the ONNX model, alternating with ONNX Runtime called directly (and the floor,
         over gRPC, where it runs: its answer runs no model, so its `overhead` is the front end's alone)."""
-        measured = [*ours, *([FLOOR] if protocol == "grpc" and FLOOR in self.servers else [])]
+        measured = [*ours, *(n for n in FLOORS if protocol == "grpc" and n in self.servers)]
         runners: dict[str, Callable[[], Run]] = {"onnxruntime": partial(self.onnx_direct, model_path, seconds)}
         runners.update({n: partial(self.run, n, ONNX_MODEL, protocol, ONNX_CONCURRENCY) for n in measured})
         runs = self.alternate(runners)
@@ -261,6 +261,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="run the peer under SCHED_BATCH (chrt --batch 0), as ours with --thread-policy=batch")
     parser.add_argument("--floor", action="store_true",
                         help="also measure bench.pa.floor (the native core and one loop wake-up, nothing else) over gRPC")
+    parser.add_argument("--floor-in-core", action="store_true",
+                        help="also measure bench.pa.floor --in-core (the native core answering ModelInfer itself: "
+                             "no Python per request) over gRPC")
     parser.add_argument("--floor-threads", type=int, default=1,
                         help="the floor core's threads (0: driven by the event loop's thread, as "
                              "--grpc-native-threads=0)")
@@ -325,9 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                args.triton_batch, cache if args.cache else ()))
         if args.floor:
             servers[FLOOR] = stack.enter_context(FloorServer(pinning, args.floor_threads))
+        if args.floor_in_core:
+            servers[FLOOR_IN_CORE] = stack.enter_context(FloorServer(pinning, args.floor_threads, in_core=True))
         for name, server in servers.items():
             server.wait_ready(120)
-            for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, FLOOR) else [])]:
+            for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, *FLOORS) else [])]:
                 server.wait_model_ready(model, 120)
         if args.neighbor:
             stack.enter_context(busy_neighbor(pinning))
@@ -337,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for protocol in protocols:
                 if bench.streams(model) and protocol != "grpc":
                     continue
-                names = [n for n in servers if n != FLOOR or (protocol == "grpc" and not bench.streams(model))]
+                names = [n for n in servers if n not in FLOORS or (protocol == "grpc" and not bench.streams(model))]
                 for concurrency in levels:
                     point = bench.point(names, model, protocol, concurrency)
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point
@@ -358,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor, "floor_threads": args.floor_threads, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
+        "floor": args.floor, "floor_in_core": args.floor_in_core, "floor_threads": args.floor_threads, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

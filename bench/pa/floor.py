@@ -10,7 +10,10 @@ It answers what perf_analyzer asks before and around its runs, for any model nam
 FP32 [16] input INPUT0, one output OUTPUT0, no batching: `add_one_0`'s signature), readiness, and statistics
 (its success count per model, which the benchmark divides the CPU time by).
 
-    python -m bench.pa.floor --grpc-port PORT [--grpc-address 127.0.0.1] [--threads 0]
+With `--in-core` the core answers each `ModelInfer` itself (the same echo, made in Rust: `floor_echo.rs`), and
+nothing reaches Python for it: what the transport costs alone, without the hand-over to the loop.
+
+    python -m bench.pa.floor --grpc-port PORT [--grpc-address 127.0.0.1] [--threads 0] [--in-core]
 """
 
 from __future__ import annotations
@@ -55,13 +58,14 @@ def config(name: str) -> pb.ModelConfigResponse:
     ))
 
 
-def statistics(name: str, counted: Counter[str]) -> pb.ModelStatisticsResponse:
+def statistics(name: str, counted: Counter[str], in_core: int) -> pb.ModelStatisticsResponse:
     """Every model asked for (or counted), with its success count: each phase reports that count and 1 us each,
-    so perf_analyzer's statistics arithmetic has whole numbers to work with."""
+    so perf_analyzer's statistics arithmetic has whole numbers to work with. The requests the core answered itself
+    (`in_core`, not counted by model) count for each model asked for."""
     names = [name] if name else sorted(counted)
     out = pb.ModelStatisticsResponse()
     for model in names:
-        count = counted[model]
+        count = counted[model] + in_core
         stat = out.model_stats.add(name=model, version="1", inference_count=count, execution_count=count)
         for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
             duration = getattr(stat.inference_stats, phase)
@@ -69,7 +73,8 @@ def statistics(name: str, counted: Counter[str]) -> pb.ModelStatisticsResponse:
     return out
 
 
-def answers(counted: Counter[str]) -> dict[str, tuple[Callable[[bytes], Any], Callable[[Any], Message]]]:
+def answers(counted: Counter[str], in_core: Callable[[], int]) -> dict[str, tuple[Callable[[bytes], Any],
+                                                                                   Callable[[Any], Message]]]:
     """Method path -> (parse the request, answer it), for what perf_analyzer and the benchmark ask."""
     return {
         SERVICE + "ServerLive": (pb.ServerLiveRequest.FromString, lambda _: pb.ServerLiveResponse(live=True)),
@@ -79,17 +84,23 @@ def answers(counted: Counter[str]) -> dict[str, tuple[Callable[[bytes], Any], Ca
                                      lambda _: pb.ServerMetadataResponse(name="floor", version="0")),
         SERVICE + "ModelMetadata": (pb.ModelMetadataRequest.FromString, lambda r: metadata(r.name)),
         SERVICE + "ModelConfig": (pb.ModelConfigRequest.FromString, lambda r: config(r.name)),
-        SERVICE + "ModelStatistics": (pb.ModelStatisticsRequest.FromString, lambda r: statistics(r.name, counted)),
+        SERVICE + "ModelStatistics": (pb.ModelStatisticsRequest.FromString, lambda r: statistics(r.name, counted, in_core())),
     }
 
 
 class Floor:
     """The core and the loop's one callback: every call taken is answered in the same wake-up."""
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, in_core: bool = False) -> None:
         self.core = new_core(64 * 1024 * 1024, [], threads, GrpcConnections())
+        if in_core:
+            self.core.answer_infer_in_core()
         self.counted: Counter[str] = Counter()
-        self.routes = answers(self.counted)
+        self.routes = answers(self.counted, self._in_core)
+        self.port = 0
+
+    def _in_core(self) -> int:
+        return self.core.answered_in_core
 
     def drain(self) -> None:
         for call in self.core.take():
@@ -117,14 +128,16 @@ class Floor:
         call.reply(respond(request).SerializeToString())
 
 
-async def serve(address: str, port: int, threads: int) -> None:
-    floor = Floor(threads)
-    floor.core.start(address, port)
+async def serve(floor: Floor, address: str, port: int, stop: asyncio.Event | None = None) -> None:
+    """Serves until `stop` is set (never, without one); `floor.port` is the port bound once it serves."""
+    floor.port = floor.core.start(address, port)
     loop = asyncio.get_running_loop()
     loop.add_reader(floor.core.fileno(), floor.drain)
-    drive(loop, floor.core, floor.drain)  # threads 0: the loop's thread drives the core, as the runtime's would
-    while True:
-        await asyncio.sleep(3600)
+    driver = drive(loop, floor.core, floor.drain)  # threads 0: the loop's thread drives the core, as the runtime's would
+    await (stop or asyncio.Event()).wait()
+    loop.remove_reader(floor.core.fileno())
+    if driver is None:
+        await asyncio.to_thread(floor.core.stop, 1.0)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -133,11 +146,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--grpc-address", default="127.0.0.1")
     parser.add_argument("--threads", type=int, default=1,
                         help="the core's threads (0: the event loop's thread drives it), as --grpc-native-threads")
+    parser.add_argument("--in-core", action="store_true",
+                        help="the core answers ModelInfer itself (the echo made in Rust), nothing of it in Python")
     parser.add_argument("--thread-policy", choices=thread_policy.CHOICES, default=thread_policy.INHERIT,
                         help="as the runtime's (inherit, its default)")
     args = parser.parse_args(argv)
     thread_policy.apply(args.thread_policy)
-    uvloop.run(serve(args.grpc_address, args.grpc_port, args.threads))
+    uvloop.run(serve(Floor(args.threads, args.in_core), args.grpc_address, args.grpc_port))
 
 
 if __name__ == "__main__":

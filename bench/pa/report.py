@@ -21,6 +21,8 @@ from bench.common import RESULTS
 
 TRITON = "triton"  # the peer's name among the servers
 FLOOR = "floor"  # bench.pa.floor: the native core and one loop wake-up per call (gRPC only)
+FLOOR_IN_CORE = "floor-core"  # bench.pa.floor --in-core: the native core answering alone, no Python per call
+FLOORS = (FLOOR, FLOOR_IN_CORE)
 
 CLIENT_FIGURES = ("throughput_rps", "p50_us", "p99_us")
 RATIOS = {"throughput": "throughput_rps", "p50": "p50_us", "cpu_per_1000": "cpu_ms_per_1000"}
@@ -70,7 +72,7 @@ def point_lines(label: str, point: Mapping[str, Any], servers: Sequence[str]) ->
 def onnx_lines(protocol: str, point: Mapping[str, Any], ours: Sequence[str]) -> list[str]:
     direct = point["onnxruntime"]
     lines = [f"{'add_sub ' + protocol + ' c=1':<22} {'ort.run':<10} p50 {direct['p50_us']:>8} us (in-process)"]
-    for name in [*ours, *([FLOOR] if FLOOR in point else [])]:
+    for name in [*ours, *(n for n in FLOORS if n in point)]:
         row = point[name]
         lines.append(f"{'add_sub ' + protocol + ' c=1':<22} {name:<10} p50 {row['p50_us']:>8} us "
                      f"overhead {point['overhead_us'][name]:>8} us cpu {row['cpu_ms_per_1000']:>7} ms/1000 "
@@ -90,7 +92,7 @@ def markdown(payload: Mapping[str, Any]) -> list[str]:
     for model, protocols in payload["results"].items():
         for protocol, levels in protocols.items():
             for concurrency, point in levels.items():
-                for name in [*ours, *(n for n in (FLOOR, TRITON) if n in point)]:
+                for name in [*ours, *(n for n in (*FLOORS, TRITON) if n in point)]:
                     row, ratio = point[name], point.get("ratio", {}).get(name, {})
                     lines.append(
                         f"| `{model}` | {protocol} | {concurrency} | {name} | {_cell(row['throughput_rps'])} | "
@@ -100,7 +102,7 @@ def markdown(payload: Mapping[str, Any]) -> list[str]:
         lines += ["", "| ONNX `add_sub`, c=1 | server | p50 us | ort.run p50 us | overhead us | CPU ms / 1,000 req |",
                   "|" + "---|" * 6]
         for protocol, point in payload["onnx"].items():
-            for name in [*ours, *([FLOOR] if FLOOR in point else [])]:
+            for name in [*ours, *(n for n in FLOORS if n in point)]:
                 lines.append(f"| {protocol} | {name} | {_cell(point[name]['p50_us'])} | "
                              f"{_cell(point['onnxruntime']['p50_us'])} | {_cell(point['overhead_us'][name])} | "
                              f"{_cell(point[name]['cpu_ms_per_1000'])} |")

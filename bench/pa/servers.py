@@ -107,17 +107,18 @@ class FloorServer(ServerProcess):
 
     label = "floor"
 
-    def __init__(self, pinning: Pinning, threads: int = 1) -> None:
+    def __init__(self, pinning: Pinning, threads: int = 1, in_core: bool = False) -> None:
         super().__init__()
         self.prefix = pinning.server_prefix()
         self.threads = threads
+        self.in_core = in_core  # --in-core: the core answers ModelInfer itself
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         root = str(Path(__file__).resolve().parents[2])
         paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         return [*self.prefix, sys.executable, "-m", "bench.pa.floor", f"--grpc-port={self.grpc_port}",
-                f"--threads={self.threads}"], env
+                f"--threads={self.threads}", *(["--in-core"] if self.in_core else [])], env
 
 
 def server_url(server: ServerProcess, protocol: str) -> str:

@@ -186,6 +186,9 @@ class GrpcCore:
     def begin_stop(self) -> None: ...
     @property
     def finished(self) -> bool: ...
+    def answer_infer_in_core(self) -> None: ...  # the benchmark floor's (bench/pa/floor.py --in-core) only
+    @property
+    def answered_in_core(self) -> int: ...
 
 @final
 class BinaryInfer:

@@ -8,6 +8,7 @@ pub mod busy;
 pub mod codings;
 pub mod driven;
 pub mod fair_share;
+pub mod floor_echo;
 pub mod grpc_plain;
 pub mod grpc_port;
 pub mod grpc_timeout;

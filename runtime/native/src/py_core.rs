@@ -94,6 +94,18 @@ impl GrpcCore {
         })
     }
 
+    /// For the benchmark's floor (`bench/pa/floor.py --in-core`) only: from now on the core answers each
+    /// ModelInfer itself, echoing its first input (crate::floor_echo), and nothing reaches Python for it.
+    fn answer_infer_in_core(&self) {
+        self.core.echo.turn_on();
+    }
+
+    /// How many ModelInfer requests the core answered itself (`answer_infer_in_core`).
+    #[getter]
+    fn answered_in_core(&self) -> u64 {
+        self.core.echo.answered()
+    }
+
     /// The descriptor that turns readable when calls wait (for the event loop's `add_reader`).
     fn fileno(&self) -> i32 {
         self.core.queue.fd()

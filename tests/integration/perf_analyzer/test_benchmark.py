@@ -1,7 +1,7 @@
 """bench/perf_analyzer.py end to end at its smallest (one model, one concurrency, 0.5 s windows, two
 configurations of ours, without the Triton peer, `-s 1000` so load noise cannot fail it): the JSON has gRPC and
 HTTP, server CPU per 1,000 requests and the ONNX overhead point for each configuration, and the floor server
-(`--floor`) over gRPC only. A check that the benchmark runs, not of its figures (~35 s)."""
+(`--floor`, and `--floor-in-core`) over gRPC only. A check that the benchmark runs, not of its figures (~35 s)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ def test_pinning_defaults_to_two_cpus() -> None:
 
 
 @pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
-def test_quick_run_reports_http_cpu_threads_onnx_and_floor(tmp_path: Path) -> None:
+def test_quick_run_reports_http_cpu_threads_onnx_and_floors(tmp_path: Path) -> None:
     out = tmp_path / "perf_analyzer.json"
     assert main(["--quick", "--interval-ms", "500", "--stability", "1000", "--no-triton", "--model", "add_one_0", "--concurrency", "2",
-                 "--ours", "a=", "--ours", "b=--allow-metrics=false", "--threads", "--floor", "--json", str(out)]) == 0
+                 "--ours", "a=", "--ours", "b=--allow-metrics=false", "--threads", "--floor", "--floor-in-core", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ours"] == {"a": [], "b": ["--allow-metrics=false"]}
     for protocol in ("grpc", "http"):
@@ -65,8 +65,10 @@ def test_quick_run_reports_http_cpu_threads_onnx_and_floor(tmp_path: Path) -> No
                                                                 abs=0.2)
     # the floor: perf_analyzer ran against it over gRPC (its metadata, config and statistics answers were enough)
     # and the requests it counted are what the CPU figure is divided by; never over HTTP, which it does not serve
-    floor = report["results"]["add_one_0"]["grpc"]["2"]["floor"]
-    assert floor["runs_ok"] == 1, floor["errors"]
-    assert floor["samples"][0]["server_requests"] > 0 and floor["cpu_ms_per_1000"] > 0
-    assert "floor" not in report["results"]["add_one_0"]["http"]["2"]
-    assert report["onnx"]["grpc"]["floor"]["runs_ok"] == 1 and "floor" not in report["onnx"]["http"]
+    # (the floor in the core: the requests its core answered without Python are the ones it counts)
+    for name in ("floor", "floor-core"):
+        floor = report["results"]["add_one_0"]["grpc"]["2"][name]
+        assert floor["runs_ok"] == 1, floor["errors"]
+        assert floor["samples"][0]["server_requests"] > 0 and floor["cpu_ms_per_1000"] > 0
+        assert name not in report["results"]["add_one_0"]["http"]["2"]
+        assert report["onnx"]["grpc"][name]["runs_ok"] == 1 and name not in report["onnx"]["http"]
