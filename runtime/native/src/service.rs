@@ -265,14 +265,15 @@ impl UnaryService<Bytes> for Unary {
         drop(self.waiting.take());
         Box::pin(async move {
             let payload = request.into_inner();
-            if path == MODEL_INFER && core.echo.is_on() {
-                return core.echo.answer(&decode_infer(payload)?).map(Response::new);
-            }
             let (reply, answer) = oneshot::channel();
             let work = if path == MODEL_INFER {
                 let size = payload.len();
+                let request = decode_infer(payload)?;
+                if core.echo.is_on() {
+                    return core.echo.answer(&request).map(Response::new);
+                }
                 Work::Infer {
-                    request: decode_infer(payload)?,
+                    request,
                     size,
                     reply,
                 }
