@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -28,6 +29,11 @@ class Model:
 
     def fail(self) -> None:
         raise SystemExit(3)
+
+    def look(self, seen: dict[str, bool], tag: str) -> bool:
+        """Whether the caller had handed out all its calls (`seen["out"]`) when this one ran."""
+        self.ran.append(tag)
+        return seen["out"]
 
 
 def submit(where: CallQueue | InstanceThread, method: str, *args: Any, ran: RunTimes | None = None) -> Any:
@@ -91,3 +97,55 @@ def test_a_thread_that_left_takes_no_more_calls() -> None:
         assert all(r.startswith("staying:") for r in results) and gone.ran == []
 
     asyncio.run(main())
+
+
+def test_calls_put_in_one_turn_of_the_loop_start_once_it_is_over() -> None:
+    """A batch handed out in one callback of the loop starts as one: no call starts while the loop is still handing
+    out (here it blocks for 50 ms after the puts, its GIL released, and no call runs in that time)."""
+
+    async def main() -> None:
+        model = Model("a")
+        thread = InstanceThread("t-a", model, CallQueue(1))
+        seen = {"out": False}
+        futures = [submit(thread, "look", seen, str(i)) for i in range(3)]
+        time.sleep(0.05)  # still in the loop's callback: the thread must not have been rung
+        seen["out"] = True
+        assert await asyncio.gather(*futures) == [True, True, True]
+        assert model.ran == ["0", "1", "2"]
+        thread.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_call_put_off_the_loop_starts_at_once_and_the_end_rings_even_when_the_loop_stopped_first() -> None:
+    """Off the loop (a chain's next step, put by the thread of the step before) nothing waits for a loop. A call put
+    on a loop that stops before its ring runs still runs, and the thread still ends, once it is shut down."""
+    model = Model("a")
+    thread = InstanceThread("t-a", model, CallQueue(1))
+    outcomes: list[tuple[bool, Any]] = []
+    ended = threading.Event()
+
+    def then(ok: bool, value: Any) -> None:
+        outcomes.append((ok, value))
+        ended.set()
+
+    seen = {"out": True}
+    thread.put((None, then, contextvars.copy_context(), "look", (seen, "off"), None, False))  # no loop running
+    assert ended.wait(60) and outcomes == [(True, True)]
+
+    loop = asyncio.new_event_loop()
+    try:
+        ended.clear()
+
+        def hand_out_and_stop() -> None:
+            thread.put((None, then, contextvars.copy_context(), "look", (seen, "late"), None, False))
+            loop.stop()  # before the ring the put left for the loop's next turn
+
+        loop.call_soon(hand_out_and_stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    thread.shutdown()  # rings at once, whatever was left: the late call runs, then the thread ends
+    assert ended.wait(60) and model.ran == ["off", "late"]
+    thread._thread.join(60)
+    assert not thread._thread.is_alive()
