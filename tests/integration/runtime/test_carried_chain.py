@@ -1,8 +1,9 @@
 """A chain ensemble (`chain2`: add_one_0 -> add_one_1) that `DataPlane.infer_then` takes is carried from step to
 step by the models' own threads: the first step's thread hands the second step to its model and the last one
 answers, without the event loop between them. Each step's end and the request's own are counted on the loop before
-whatever it reads next. Here the loop itself blocks until the answer comes (so nothing it was handed runs
-meanwhile) and reads the statistics in that same turn. A step whose model takes requests only on the loop (one that
+whatever it reads next. Here the loop itself blocks until the answer comes, from its next callback after the one
+that handed the request over (so nothing posted to it after that runs meanwhile), and reads the statistics in that
+same turn. A step whose model takes requests only on the loop (one that
 runs `execute` inline) sends the run back to the loop, and a step's failure fails the request as before. The data
 plane is the runtime's own (`build_dataplane`) on a real uvloop, with the benchmarks' python models."""
 
@@ -58,9 +59,11 @@ async def _served(repository: Path) -> DataPlane:
     return dataplane
 
 
-def _answered_blocking(dataplane: DataPlane, value: float) -> tuple[InferResponse | Exception, str]:
-    """Hand the request over and wait for its answer on this thread, the loop's (blocked: nothing posted to the
-    loop runs meanwhile); the answer and the name of the thread that gave it."""
+async def _answered_blocking(dataplane: DataPlane, value: float) -> tuple[InferResponse | Exception, str]:
+    """Hand the request over, let the loop end the turn that did (a call the loop puts for a model's thread rings
+    it once that turn's callback is over: backends/python/threads.py), then wait for the answer on this thread, the
+    loop's (blocked: nothing posted to the loop after the hand-over runs meanwhile); the answer and the name of the
+    thread that gave it."""
     answered = threading.Event()
     outcome: list[tuple[InferResponse | Exception, str]] = []
 
@@ -69,6 +72,7 @@ def _answered_blocking(dataplane: DataPlane, value: float) -> tuple[InferRespons
         answered.set()
 
     assert dataplane.infer_then(_request(value), None, answer)
+    await asyncio.sleep(0)  # the first step's thread is rung (before this coroutine goes on)
     assert answered.wait(WAIT), "not answered while the loop was blocked: the run needed the loop between steps"
     return outcome[0]
 
@@ -84,7 +88,7 @@ def test_the_model_threads_carry_a_chain_and_the_loop_counts_it_before_it_reads(
         dataplane = await _served(repository)
         try:
             for i in range(1, 5):
-                response, thread = _answered_blocking(dataplane, float(i))
+                response, thread = await _answered_blocking(dataplane, float(i))
                 assert isinstance(response, InferResponse), response
                 assert response.outputs["OUT"].tolist() == [i + 2.0] * 16
                 assert thread.startswith(f"py-{SECOND}"), thread  # the last step's instance answered
@@ -135,13 +139,13 @@ def test_a_failing_step_of_a_carried_chain_fails_the_request_and_is_counted(repo
     async def scenario() -> None:
         dataplane = await _served(repository)
         try:
-            failed, thread = _answered_blocking(dataplane, -5.0)  # add_one_0 makes it -4: add_one_1 raises
+            failed, thread = await _answered_blocking(dataplane, -5.0)  # add_one_0 makes it -4: add_one_1 raises
             assert isinstance(failed, InferenceError), failed
             assert failed.code is ErrorCode.INTERNAL
             assert f"ensemble '{CHAIN}' step 1" in failed.message and "a negative input" in failed.message
             assert thread.startswith(f"py-{SECOND}"), thread
             assert [_counts(dataplane, m) for m in (CHAIN, FIRST, SECOND)] == [(0, 1, 0), (1, 0, 0), (0, 1, 0)]
-            response, _ = _answered_blocking(dataplane, 1.0)  # the next one is answered as before
+            response, _ = await _answered_blocking(dataplane, 1.0)  # the next one is answered as before
             assert isinstance(response, InferResponse), response
             assert response.outputs["OUT"].tolist() == [3.0] * 16
             assert _counts(dataplane, CHAIN) == (1, 1, 0)
@@ -165,7 +169,7 @@ def test_the_queue_places_carried_steps_held_are_free_for_the_next(repository: P
         try:
             firsts = []
             for i in range(8):
-                outcome, _ = _answered_blocking(dataplane, float(i))
+                outcome, _ = await _answered_blocking(dataplane, float(i))
                 assert isinstance(outcome, InferResponse), outcome
                 firsts.append(float(outcome.outputs["OUT"][0]))
             return firsts

@@ -1,8 +1,8 @@
 """A request `DataPlane.infer_then` hands to a python model's instance thread is answered from that thread, and its
 end (statistics, in flight, its version's hold) reaches the event loop after the answer left, so the wake-up of
 the loop does not delay the answer. Whatever the loop reads after the answer must still count it: here the loop
-itself waits for the answer (blocking, so the wake-up the thread posted cannot run) and then reads the statistics
-in the same turn; and the places in the model's queue those answered requests held are free for the next one
+itself waits for the answer, in its next callback after the hand-over's (blocking, so the wake-up the thread posted
+cannot run), and then reads the statistics in the same turn; and the places in the model's queue those answered requests held are free for the next one
 admitted in that turn. The data plane is the runtime's own (`build_dataplane`), on a real uvloop, with the `add_one`
 python model of the benchmarks."""
 
@@ -37,9 +37,10 @@ def _request(i: int) -> InferRequest:
     return InferRequest(model_name=MODEL, inputs={"X": np.full(16, i, np.float32)}, id=f"r{i}")
 
 
-def _answered(dataplane: DataPlane, i: int) -> InferResponse | Exception:
-    """Hand request `i` over and wait for its answer on this thread (the loop blocked: nothing it was handed since
-    runs meanwhile)."""
+async def _answered(dataplane: DataPlane, i: int) -> InferResponse | Exception:
+    """Hand request `i` over, let the loop end the turn that did (a call the loop puts for a model's thread rings it
+    once that turn's callback is over: backends/python/threads.py), then wait for its answer on this thread (the
+    loop blocked: nothing posted to it after the hand-over runs meanwhile)."""
     answered = threading.Event()
     outcome: list[InferResponse | Exception] = []
 
@@ -48,13 +49,14 @@ def _answered(dataplane: DataPlane, i: int) -> InferResponse | Exception:
         answered.set()
 
     assert dataplane.infer_then(_request(i), None, answer)
+    await asyncio.sleep(0)  # the model's thread is rung (before this coroutine goes on)
     assert answered.wait(WAIT)
     return outcome[0]
 
 
 async def _answered_then_read(dataplane: DataPlane, i: int) -> tuple[InferResponse | Exception, int, int, int]:
-    """In one turn of the loop: request `i` answered, then the statistics read."""
-    outcome = _answered(dataplane, i)
+    """In one turn of the loop, the one after the hand-over's: request `i` answered, then the statistics read."""
+    outcome = await _answered(dataplane, i)
     (lv,) = dataplane.statistics(MODEL, "1")
     return outcome, lv.stats.success.count, dataplane.in_flight, lv.in_flight
 
@@ -91,7 +93,7 @@ def test_the_queue_places_answered_requests_held_are_free_for_the_next(repositor
         try:
             firsts: list[float] = []
             for i in range(8):
-                outcome = _answered(dataplane, i)
+                outcome = await _answered(dataplane, i)
                 assert isinstance(outcome, InferResponse), outcome
                 firsts.append(float(outcome.outputs["Y"][0]))
             return firsts
