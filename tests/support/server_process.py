@@ -13,7 +13,7 @@ from typing import Self
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.support.ports import free_port
+from tests.support.ports import free_ports
 
 
 class ServerProcess:
@@ -22,9 +22,9 @@ class ServerProcess:
     label = "server"
 
     def __init__(self) -> None:
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
+        # chosen together (each held while the next is chosen): three separate choices may pick one port twice,
+        # and the server then fails to bind its second listener with "address already in use"
+        self.grpc_port, self.http_port, self.metrics_port = free_ports(3)
         self._log = tempfile.NamedTemporaryFile(prefix=f"{self.label}-", suffix=".log", delete=False)  # noqa: SIM115
         self.log_path = Path(self._log.name)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -110,7 +110,11 @@ class ServerProcess:
         """Clean-up after the main process ended (e.g. children it left)."""
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # `__exit__` will not run: stop what started and close the log (else a later test
+            self.stop()  # fails on its ResourceWarning)
+            raise
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
