@@ -24,6 +24,7 @@ from ensemble_runtime.server import build_dataplane, default_backends
 from ensemble_runtime.settings import parse_settings
 
 from bench.models import INLINE, build_chain_repository
+from tests.support.blocked_loop import answered_while_blocked
 
 CHAIN, FIRST, SECOND = "chain2", "add_one_0", "add_one_1"
 WAIT = 60.0  # seconds: a loaded 2-core machine
@@ -60,21 +61,8 @@ async def _served(repository: Path) -> DataPlane:
 
 
 async def _answered_blocking(dataplane: DataPlane, value: float) -> tuple[InferResponse | Exception, str]:
-    """Hand the request over, let the loop end the turn that did (a call the loop puts for a model's thread rings
-    it once that turn's callback is over: backends/python/threads.py), then wait for the answer on this thread, the
-    loop's (blocked: nothing posted to the loop after the hand-over runs meanwhile); the answer and the name of the
-    thread that gave it."""
-    answered = threading.Event()
-    outcome: list[tuple[InferResponse | Exception, str]] = []
-
-    def answer(result: InferResponse | Exception) -> None:
-        outcome.append((result, threading.current_thread().name))
-        answered.set()
-
-    assert dataplane.infer_then(_request(value), None, answer)
-    await asyncio.sleep(0)  # the first step's thread is rung (before this coroutine goes on)
-    assert answered.wait(WAIT), "not answered while the loop was blocked: the run needed the loop between steps"
-    return outcome[0]
+    """The answer to `_request(value)`, given while the loop's thread is blocked, and the thread that gave it."""
+    return await answered_while_blocked(dataplane, _request(value), WAIT)
 
 
 def _counts(dataplane: DataPlane, model: str) -> tuple[int, int, int]:
@@ -117,7 +105,10 @@ def test_a_step_whose_model_runs_on_the_loop_takes_the_run_back_there(repository
             for i in range(3):
                 answered: asyncio.Future[tuple[InferResponse | Exception, str]] = loop.create_future()
 
-                def answer(result: InferResponse | Exception, answered: asyncio.Future[object] = answered) -> None:
+                def answer(
+                    result: InferResponse | Exception,
+                    answered: asyncio.Future[tuple[InferResponse | Exception, str]] = answered,
+                ) -> None:
                     name = threading.current_thread().name
                     loop.call_soon_threadsafe(answered.set_result, (result, name))
 

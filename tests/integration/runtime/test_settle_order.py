@@ -9,7 +9,6 @@ python model of the benchmarks."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from ensemble_runtime.server import build_dataplane, default_backends
 from ensemble_runtime.settings import parse_settings
 
 from bench.models import build_add_one
+from tests.support.blocked_loop import answered_while_blocked
 
 MODEL = "add_one_0"
 WAIT = 60.0  # seconds: a loaded 2-core machine
@@ -38,20 +38,9 @@ def _request(i: int) -> InferRequest:
 
 
 async def _answered(dataplane: DataPlane, i: int) -> InferResponse | Exception:
-    """Hand request `i` over, let the loop end the turn that did (a call the loop puts for a model's thread rings it
-    once that turn's callback is over: backends/python/threads.py), then wait for its answer on this thread (the
-    loop blocked: nothing posted to it after the hand-over runs meanwhile)."""
-    answered = threading.Event()
-    outcome: list[InferResponse | Exception] = []
-
-    def answer(result: InferResponse | Exception) -> None:  # on the instance's thread
-        outcome.append(result)
-        answered.set()
-
-    assert dataplane.infer_then(_request(i), None, answer)
-    await asyncio.sleep(0)  # the model's thread is rung (before this coroutine goes on)
-    assert answered.wait(WAIT)
-    return outcome[0]
+    """The answer to request `i`, given while the loop's thread is blocked."""
+    outcome, _ = await answered_while_blocked(dataplane, _request(i), WAIT)
+    return outcome
 
 
 async def _answered_then_read(dataplane: DataPlane, i: int) -> tuple[InferResponse | Exception, int, int, int]:
