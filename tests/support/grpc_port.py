@@ -59,6 +59,15 @@ def bodiless_calls(count: int, method: str = MODEL_INFER) -> bytes:
     return bytes(wire)
 
 
+def frames(wire: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, stream, payload) of each whole HTTP/2 frame in `wire`."""
+    found = []
+    while len(wire) >= 9 and len(wire) >= 9 + (length := int.from_bytes(wire[:3], "big")):
+        found.append((wire[3], int.from_bytes(wire[5:9], "big") & 0x7FFFFFFF, wire[9:9 + length]))
+        wire = wire[9 + length:]
+    return found
+
+
 def still_serving(proc: RuntimeProcess) -> None:
     a = np.ones((1, 16), np.float32)
     with proc.grpc_client() as client:

@@ -81,3 +81,19 @@ def wait_port_settled(port: int, timeout: float) -> None:
     while waiting := [fields for fields in _tcp_table() if fields[1].endswith(suffix) and fields[3] == "08"]:
         assert time.monotonic() < deadline, f"the server has not closed {len(waiting)} closed connections"
         time.sleep(0.05)  # CLOSE_WAIT: the server has not closed its end yet
+
+
+def sent_until_stalled(sock: socket.socket, burst: bytes, cap: int = 256 << 20, stall: float = 5.0) -> int | None:
+    """Sends `burst` over and over, reading nothing back, until one send waits `stall` seconds (the server has
+    stopped reading) or `cap` bytes have gone; the bytes sent before the stall, None if there was none. The socket's
+    receive buffer is made small first, so that the server's unread answers fill it soon."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(stall)
+    sent = 0
+    while sent < cap:
+        try:
+            sock.sendall(burst)
+        except TimeoutError:
+            return sent
+        sent += len(burst)
+    return None

@@ -29,6 +29,7 @@ from tests.support.grpc_port import (
     SETTINGS,
     bodiless_calls,
     connect,
+    frames,
     native_only,
     serving,
     still_serving,
@@ -68,17 +69,8 @@ def _closed(sock: socket.socket) -> bool:
     return False
 
 
-def _frames(wire: bytes) -> list[tuple[int, int, bytes]]:
-    """(type, stream, payload) of each whole frame in `wire`."""
-    frames = []
-    while len(wire) >= 9 and len(wire) >= 9 + (length := int.from_bytes(wire[:3], "big")):
-        frames.append((wire[3], int.from_bytes(wire[5:9], "big") & 0x7FFFFFFF, wire[9:9 + length]))
-        wire = wire[9 + length:]
-    return frames
-
-
 def _frame_types(wire: bytes) -> list[int]:
-    return [kind for kind, _, _ in _frames(wire)]
+    return [kind for kind, _, _ in frames(wire)]
 
 
 def _read_for(sock: socket.socket, seconds: float) -> bytes:
@@ -197,12 +189,12 @@ def test_a_connection_carries_at_most_the_calls_it_was_told(handshaking: Runtime
     native_only(handshaking)
     with connect(handshaking) as sock:
         sock.sendall(bodiless_calls(3 * MAX_STREAMS))
-        frames = _frames(_read_for(sock, 3.0))
-    advertised = [payload for kind, stream, payload in frames if kind == 0x4 and stream == 0 and payload]
+        frames_read = frames(_read_for(sock, 3.0))
+    advertised = [payload for kind, stream, payload in frames_read if kind == 0x4 and stream == 0 and payload]
     settings = {int.from_bytes(p[i:i + 2], "big"): int.from_bytes(p[i + 2:i + 6], "big")
                 for p in advertised for i in range(0, len(p), 6)}
     assert settings.get(0x3) == MAX_STREAMS, settings  # SETTINGS_MAX_CONCURRENT_STREAMS
-    refused = {stream for kind, stream, payload in frames if kind == 0x3 and payload == (7).to_bytes(4, "big")}
+    refused = {stream for kind, stream, payload in frames_read if kind == 0x3 and payload == (7).to_bytes(4, "big")}
     assert refused == {2 * n + 1 for n in range(MAX_STREAMS, 3 * MAX_STREAMS)}  # REFUSED_STREAM, the ones past it
     still_serving(handshaking)
 
