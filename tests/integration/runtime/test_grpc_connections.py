@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tests.support import raw_grpc
 from tests.support.grpc_port import (
     FRONTENDS,
+    MODEL_INFER,
     PREFACE,
     SETTINGS,
     bodiless_calls,
@@ -210,6 +212,28 @@ def test_bodiless_calls_hold_no_more_memory_than_the_limit_allows(handshaking: R
         grown = memory_kib(handshaking.pid, "VmRSS") - before
     print(f"5000 bodiless calls on one connection: {grown} KiB")
     assert grown < 8 * 1024, f"+{grown} KiB"
+    still_serving(handshaking)
+
+
+def test_messages_that_declare_more_than_they_send_hold_only_what_came(handshaking: RuntimeProcess) -> None:
+    """A message's 5-byte prefix declares its length: the core takes it as a bound, never as a size to allocate.
+    Past `--grpc-max-message-bytes` it is refused at once; under it, a call that ends early is a truncated message,
+    and calls that stay open hold only the bytes that came (`MAX_STREAMS` of them declaring 60 MiB each here)."""
+    native_only(handshaking)
+    start = b"\x0a\x07add_sub"  # the message's first bytes: its model_name
+    prefix = [struct.pack(">BI", 0, declared) + start for declared in (2**32 - 1, 60 << 20)]
+    huge = raw_grpc.call(handshaking.grpc_url, MODEL_INFER, [prefix[0]], timeout=LOADED)
+    assert huge.status == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], huge
+    assert huge.message.startswith("Received message larger than max (4294967295 vs. "), huge.message
+    truncated = raw_grpc.call(handshaking.grpc_url, MODEL_INFER, [prefix[1]], timeout=LOADED)
+    assert truncated.status == grpc.StatusCode.INTERNAL.value[0], truncated  # grpcio's "Unexpected EOF..."
+    before = memory_kib(handshaking.pid, "VmRSS")
+    with raw_grpc.RawConnection(handshaking.grpc_url, LOADED) as connection:
+        for stream in connection.open_calls(MODEL_INFER, MAX_STREAMS):
+            connection.more(stream, [prefix[1]])
+        _read_for(connection.sock, 2.0)
+        grown = memory_kib(handshaking.pid, "VmRSS") - before
+    assert grown < 8 * 1024, f"+{grown} KiB for {MAX_STREAMS} calls that declared 60 MiB each"
     still_serving(handshaking)
 
 
