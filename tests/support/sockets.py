@@ -1,10 +1,12 @@
-"""Watching a server's side of a raw connection: whether it has closed it, and waiting until it does."""
+"""Watching a server's side of a raw connection: whether it has closed it, and waiting until it does; sending on one
+until the server refuses more or stops reading."""
 
 from __future__ import annotations
 
 import select
 import socket
 import time
+from collections.abc import Iterable
 
 LOADED = 30.0  # how late an answer or a close may come on a loaded 2-core machine
 
@@ -97,3 +99,15 @@ def sent_until_stalled(sock: socket.socket, burst: bytes, cap: int = 256 << 20, 
             return sent
         sent += len(burst)
     return None
+
+
+def sent_until_refused(sock: socket.socket, chunks: Iterable[bytes]) -> int:
+    """Sends `chunks` until they run out or the server has closed the connection; the bytes sent."""
+    sent = 0
+    try:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return sent

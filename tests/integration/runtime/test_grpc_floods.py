@@ -19,7 +19,7 @@ import pytest
 from tests.support.grpc_port import MODEL_INFER, PREFACE, SETTINGS, connect, frames, serving, still_serving
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.sockets import LOADED, sent_until_stalled, wait_closed
+from tests.support.sockets import LOADED, sent_until_refused, sent_until_stalled, wait_closed
 
 DATA, HEADERS, RST_STREAM, SETTINGS_KIND, PING, GOAWAY, CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x9
 END_HEADERS = 0x4
@@ -40,18 +40,6 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
 def _call_fields(address: str) -> list[tuple[str, str]]:
     return [(":method", "POST"), (":scheme", "http"), (":path", MODEL_INFER), (":authority", address),
             ("content-type", "application/grpc"), ("te", "trailers")]
-
-
-def _send_until_refused(sock: socket.socket, chunks: Iterator[bytes]) -> int:
-    """Sends `chunks` until they run out or the server has closed the connection; the bytes sent."""
-    sent = 0
-    try:
-        for chunk in chunks:
-            sock.sendall(chunk)
-            sent += len(chunk)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    return sent
 
 
 def _calmed(sock: socket.socket) -> tuple[int, bytes]:
@@ -79,7 +67,7 @@ def test_streams_reset_as_they_open_end_the_connection(server: RuntimeProcess) -
                            for n in range(first, first + 100))
 
     with connect(server) as sock:
-        _send_until_refused(sock, chunks())
+        sent_until_refused(sock, chunks())
         last, reason = _calmed(sock)
     assert last < 2 * opened - 1, f"every stream was taken ({reason!r})"
     assert memory_kib(server.pid) - peak < GROWTH_KIB
@@ -96,7 +84,7 @@ def test_a_header_block_that_never_ends_ends_the_connection(server: RuntimeProce
             yield _frame(CONTINUATION, 0, 1, encoder.encode([(f"x-field-{n}", "v" * 100)]))
 
     with connect(server) as sock:
-        sent = _send_until_refused(sock, chunks())
+        sent = sent_until_refused(sock, chunks())
         _calmed(sock)
     assert sent < 8 << 20, f"{sent} bytes of one header block were read"
     assert memory_kib(server.pid) - peak < GROWTH_KIB
@@ -119,7 +107,7 @@ def test_a_header_list_hpack_inflates_ends_the_connection(server: RuntimeProcess
             yield _frame(HEADERS, END_HEADERS, 2 * n + 1, block)
 
     with connect(server) as sock:
-        _send_until_refused(sock, chunks())
+        sent_until_refused(sock, chunks())
         _calmed(sock)
     assert memory_kib(server.pid) - peak < GROWTH_KIB
     still_serving(server)
@@ -134,7 +122,7 @@ def test_data_frames_that_carry_nothing_end_the_connection(server: RuntimeProces
             yield _frame(DATA, 0, 1) * 1000
 
     with connect(server) as sock:
-        _send_until_refused(sock, chunks())
+        sent_until_refused(sock, chunks())
         _calmed(sock)
     still_serving(server)
 

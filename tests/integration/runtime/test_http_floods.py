@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.sockets import LOADED, sent_until_stalled, wait_closed
+from tests.support.sockets import LOADED, sent_until_refused, sent_until_stalled, wait_closed
 
 GROWTH_KIB = 32 * 1024  # the most a flood may add to the server's peak resident memory
 PATHS = {"http": "/v2/health/ready", "metrics": "/metrics"}
@@ -39,16 +39,14 @@ def _still_serving(proc: RuntimeProcess, port: str) -> None:
 @pytest.mark.parametrize("port", PATHS)
 def test_header_lines_that_never_end_are_answered_431(server: RuntimeProcess, port: str) -> None:
     peak = memory_kib(server.pid)
-    sent = 0
+
+    def lines() -> Iterator[bytes]:
+        yield f"POST {PATHS[port]} HTTP/1.1\r\nHost: x\r\n".encode()
+        for n in range(100_000):  # 11 MB of header lines at most
+            yield b"X-Field-%d: %s\r\n" % (n, b"v" * 100)
+
     with socket.create_connection(("127.0.0.1", _port(server, port)), timeout=LOADED) as sock:
-        try:
-            sock.sendall(f"POST {PATHS[port]} HTTP/1.1\r\nHost: x\r\n".encode())
-            for n in range(100_000):  # 11 MB of header lines at most
-                line = b"X-Field-%d: %s\r\n" % (n, b"v" * 100)
-                sock.sendall(line)
-                sent += len(line)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        sent = sent_until_refused(sock, lines())
         answer = wait_closed(sock, LOADED)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert sent < 4 << 20, f"{sent} bytes of header lines were read"
