@@ -60,12 +60,13 @@ def test_calls_run_in_order_one_at_a_time_while_held(run: Run, tmp_path: Path) -
         sched = Scheduler("queued", await h.load("queued"), BatchPolicy(), stats)
         sched.start()
         gate = tmp_path / "open"
-        submitted = time.perf_counter_ns()
         first = asyncio.ensure_future(sched.submit(request(0, gate)))
         rest = [asyncio.ensure_future(sched.submit(request(x))) for x in range(1, 6)]
+        await asyncio.sleep(0)  # each call has run up to its first wait: queued, its queue time counting
+        queued = time.perf_counter_ns()
         await asyncio.sleep(0.05)
         assert not first.done() and not any(r.done() for r in rest)  # all behind the held one
-        held_ns = time.perf_counter_ns() - submitted
+        held_ns = time.perf_counter_ns() - queued
         gate.touch()
         results = [values(r) for r in await asyncio.gather(first, *rest)]
         assert results == [(x, x + 1, 1) for x in range(6)]  # in order of the calls, never two at once
