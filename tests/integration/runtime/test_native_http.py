@@ -17,8 +17,10 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.http as httpclient
 from ensemble_runtime.dtypes import serialize_bytes
@@ -121,7 +123,7 @@ def test_binary_outputs_of_every_kind_as_aiohttp_writes_them(servers: dict[str, 
     data or JSON, by Python's encoding."""
     for proc in servers.values():
         proc.wait_model_ready("types")
-    arrays = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+    arrays: dict[str, npt.NDArray[Any]] = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
               "flag_in": np.array([[True, False]])}
     inputs: list[dict[str, object]] = []
     tail = b""
@@ -130,9 +132,10 @@ def test_binary_outputs_of_every_kind_as_aiohttp_writes_them(servers: dict[str, 
         inputs.append({"name": name, "datatype": datatype, "shape": [1, 2],
                        "parameters": {"binary_data_size": array.nbytes}})
         tail += array.tobytes()
-    text = serialize_bytes(np.array([[b"ab", b""]], dtype=np.object_))
-    inputs.append({"name": "text_in", "datatype": "BYTES", "shape": [1, 2], "parameters": {"binary_data_size": len(text)}})
-    tail += text
+    encoded = serialize_bytes(np.array([[b"ab", b""]], dtype=np.object_))
+    inputs.append({"name": "text_in", "datatype": "BYTES", "shape": [1, 2],
+                   "parameters": {"binary_data_size": len(encoded)}})
+    tail += encoded
     outputs = [{"name": n, "parameters": {"binary_data": True}} for n in ("fp16_out", "int8_out", "flag_out")]
     if text != "not asked for":
         outputs.append({"name": "text_out", "parameters": {"binary_data": text == "binary"}})
