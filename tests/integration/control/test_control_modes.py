@@ -7,6 +7,7 @@ reach the port could load a config override and run code.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,10 @@ def test_load_and_unload_are_refused_outside_explicit_mode(tmp_path: Path, mode:
     with RuntimeProcess([layout.root], [f"--model-control-mode={mode}", "--repository-poll-secs=1"]) as proc:
         proc.wait_model_ready("good")
         with proc.grpc_client() as client:
-            for call in (lambda: client.load_model("good"), lambda: client.load_model("good", config=evil),
-                         lambda: client.unload_model("good"), lambda: client.load_model("no_such_model")):
+            calls: tuple[Callable[[], object], ...] = (
+                lambda: client.load_model("good"), lambda: client.load_model("good", config=evil),
+                lambda: client.unload_model("good"), lambda: client.load_model("no_such_model"))
+            for call in calls:
                 with pytest.raises(InferenceServerException) as refused:
                     call()
                 assert (refused.value.status(), refused.value.message()) == ("StatusCode.UNAVAILABLE", REFUSED)

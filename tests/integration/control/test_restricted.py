@@ -11,7 +11,7 @@ import functools
 import json
 import queue
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -86,7 +86,7 @@ def test_http_other_categories_stay_open(server: RuntimeProcess) -> None:
 
 def test_grpc_restricted_rpcs_need_the_metadata(server: RuntimeProcess) -> None:
     with server.grpc_client() as client:
-        calls = {
+        calls: dict[str, Callable[[dict[str, str] | None], object]] = {
             "index": lambda h: client.get_model_repository_index(headers=h),
             "load": lambda h: client.load_model("good", headers=h),
             "unload": lambda h: client.unload_model("good", headers=h),

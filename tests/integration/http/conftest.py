@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from http_harness import Served, ServerThread, build_repository
+
+from tests.integration.http.http_harness import Served, ServerThread, build_repository
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from http_harness import MAX_BODY_BYTES, Served
 from tritonclient.utils import InferenceServerException
+
+from tests.integration.http.http_harness import MAX_BODY_BYTES, Served
 
 
 @pytest.fixture(scope="module")

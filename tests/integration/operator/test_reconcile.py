@@ -7,6 +7,7 @@ import base64
 import copy
 import json
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -44,7 +45,8 @@ pytestmark = pytest.mark.controlplane
 
 def _specific_versions(config_pbtxt: str) -> list[int] | None:
     """The versions a rendered config.pbtxt pins (`version_policy.specific`); None under another policy."""
-    policy = text_format.Parse(config_pbtxt, model_config_message({})).version_policy
+    config: Any = text_format.Parse(config_pbtxt, model_config_message({}))  # a message of the subset's own pool
+    policy = config.version_policy
     return list(policy.specific.versions) if policy.WhichOneof("policy_choice") == "specific" else None
 
 
@@ -128,10 +130,12 @@ def test_ensemble_gets_its_objects_and_status(audited_control_plane: ControlPlan
     ns = namespace_with(cp, "objects", gpu_ensemble(name))
     ens = wait_ensemble(cp, ns, name, phase_is("Ready"), "phase Ready", timeout=90)
 
-    children = {kind: get(cp, path) for kind, path in _children(ns, name).items()}
-    for kind, obj in children.items():
+    children: dict[str, JSON] = {}
+    for kind, path in _children(ns, name).items():
+        obj = get(cp, path)
         assert obj is not None, f"{kind} missing"
         assert _owned_by(obj, ens), f"{kind} has no controller ownerReference to the Ensemble"
+        children[kind] = obj
     repository = json.loads(children["ConfigMap"]["data"]["repository.json"])
     assert "classifier" in json.dumps(repository)
     assert children["Service"]["spec"]["type"] == "ClusterIP"

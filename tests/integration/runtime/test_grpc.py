@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -68,7 +71,7 @@ def test_autocompleted_onnx_without_config(server: RuntimeProcess) -> None:
 
 
 def test_native_types_fp16_int8_bool_bytes(server: RuntimeProcess) -> None:
-    values = {
+    values: dict[str, tuple[npt.NDArray[Any], str]] = {
         "fp16": (np.array([[1.5, -2.25]], np.float16), "FP16"),
         "int8": (np.array([[-128, 127]], np.int8), "INT8"),
         "flag": (np.array([[True, False]]), "BOOL"),
@@ -102,7 +105,7 @@ def test_python_errors_fail_only_that_request(server: RuntimeProcess) -> None:
         item = grpcclient.InferInput("X", [1], "FP32")
         item.set_data_from_numpy(np.array([value], np.float32))
         with server.grpc_client() as client:
-            return client.infer("py_fail", [item]).as_numpy("Y")
+            return np.asarray(client.infer("py_fail", [item]).as_numpy("Y"))
 
     np.testing.assert_allclose(call(4.0), [2.0])
     with pytest.raises(InferenceServerException, match="ValueError: negative input is not allowed"):

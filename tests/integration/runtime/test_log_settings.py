@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -164,7 +165,7 @@ def test_grpc_refuses_a_setting_without_a_value_or_of_the_wrong_kind(server: Run
             setting.uint32_param = 3
         elif kind == "bool_param":
             setting.bool_param = True
-        with grpcclient.InferenceServerClient(server.grpc_url) as client, pytest.raises(Exception) as refused:
+        with grpcclient.InferenceServerClient(server.grpc_url) as client, pytest.raises(grpc.RpcError) as refused:
             client._client_stub.LogSettings(request)
         assert refused.value.code().name == "INVALID_ARGUMENT" and message in refused.value.details()
     assert _post(server, {"log_info": None})[0] == 200

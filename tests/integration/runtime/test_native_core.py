@@ -18,7 +18,7 @@ from ensemble_runtime.dtypes import serialize_bytes
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.protocol import grpc_codec
-from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame
+from ensemble_runtime.protocol._native import Call, GrpcCore, StreamCall, StreamFrame, StreamWritable
 from ensemble_runtime.protocol.native_grpc import new_core
 from ensemble_runtime.settings import GrpcConnections
 from tritonclient.grpc import service_pb2 as pb
@@ -27,14 +27,16 @@ from tritonclient.grpc import service_pb2_grpc
 pytestmark = pytest.mark.asyncio
 HEADER = "triton-grpc-protocol-key"
 STATS = "/inference.GRPCInferenceService/ModelStatistics"
+Batches = asyncio.Queue[list[Call | StreamCall | StreamFrame | StreamWritable]]  # what the core hands over, as taken
+Started = tuple[GrpcCore, int, Batches]  # a core serving on a port, and its batches
 
 
 @pytest_asyncio.fixture
-async def core() -> AsyncIterator[tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]]]:
+async def core() -> AsyncIterator[Started]:
     restricted = [(STATS, HEADER, "v", "This protocol is restricted, expecting header 'x'")]
     core = new_core(1 << 20, restricted, 1, GrpcConnections())
     port = core.start("127.0.0.1", 0)
-    batches: asyncio.Queue[list[Call | StreamCall | StreamFrame]] = asyncio.Queue()
+    batches: Batches = asyncio.Queue()
     loop = asyncio.get_running_loop()
     loop.add_reader(core.fileno(), lambda: batches.put_nowait(core.take()))
     try:
@@ -44,7 +46,7 @@ async def core() -> AsyncIterator[tuple[GrpcCore, int, asyncio.Queue[list[Call |
         await asyncio.to_thread(core.stop, 1.0)
 
 
-async def _next_call(batches: asyncio.Queue[list[Call | StreamCall | StreamFrame]]) -> Call:
+async def _next_call(batches: Batches) -> Call:
     while True:
         batch = await batches.get()  # an empty batch is a wake-up whose calls came with the one before
         if batch:
@@ -54,7 +56,7 @@ async def _next_call(batches: asyncio.Queue[list[Call | StreamCall | StreamFrame
 
 
 async def test_model_infer_decoded_in_place_and_encoded_by_the_core(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]],
+    core: Started,
 ) -> None:
     _, port, batches = core
     request = pb.ModelInferRequest(model_name="m", model_version="1", id="q")
@@ -90,7 +92,7 @@ async def test_model_infer_decoded_in_place_and_encoded_by_the_core(
 
 
 async def test_forwarded_bytes_and_statuses(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]],
+    core: Started,
 ) -> None:
     _, port, batches = core
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -117,7 +119,7 @@ async def test_forwarded_bytes_and_statuses(
 
 @contextlib.asynccontextmanager
 async def _held(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], request: pb.ModelInferRequest,
+    core: Started, request: pb.ModelInferRequest,
 ) -> AsyncIterator[Call]:
     """`request` sent to the core by a real client: its call, held until the block ends, then failed."""
     _, port, batches = core
@@ -215,7 +217,7 @@ _PARITY = _parity_cases()
 
 @pytest.mark.parametrize("case", list(_PARITY))
 async def test_plain_requests_decode_from_the_view_as_from_protobuf(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], case: str,
+    core: Started, case: str,
 ) -> None:
     """`decode_view` builds a plain request from the core's tensors: the same request, or the same error, as
     `decode_request` makes of the protobuf message; anything not plain is left to `decode_request`."""
@@ -237,7 +239,7 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
 
 
 async def test_the_views_lists_are_built_once_as_sent(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]],
+    core: Started,
 ) -> None:
     """The protobuf-like lists of a view (`inputs`, `outputs`, `plain`) are built on first read: the same objects on
     every read after, with the tensors as sent (a repeated output twice, each with its parameters)."""
@@ -283,7 +285,7 @@ _REPLIES = _reply_cases()
 
 @pytest.mark.parametrize("case", list(_REPLIES))
 async def test_responses_written_by_the_core_as_by_python(
-    core: tuple[GrpcCore, int, asyncio.Queue[list[Call | StreamCall | StreamFrame]]], case: str,
+    core: Started, case: str,
 ) -> None:
     """`Call.reply_response` writes an answer whose outputs are all plain numpy arrays, with the same message
     `grpc_codec.encode_response` makes of it; for anything else it does nothing and says so, and Python's

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from ensemble_runtime.dtypes import serialize_bytes
@@ -227,7 +229,7 @@ def test_stream_infer_answers_each_request(servers: dict[str, RuntimeProcess]) -
 def _types_request(request_id: str, requested: list[str] | None = None) -> pb.ModelInferRequest:
     """A request for `types` (fp16, int8, bool and BYTES through Identity), asking for `requested` outputs."""
     request = pb.ModelInferRequest(model_name="types", id=request_id)
-    arrays = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+    arrays: dict[str, npt.NDArray[Any]] = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
               "flag_in": np.array([[True, False]])}
     for name, array in arrays.items():
         request.inputs.add(name=name, datatype={"f": "FP16", "i": "INT8", "b": "BOOL"}[array.dtype.kind],

@@ -15,7 +15,7 @@ import http.client
 import json
 import queue
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -110,7 +110,8 @@ def test_infer_answer_codings(server: ServerProcess, accept: str, coding: str | 
     finally:
         conn.close()
     assert response.status == 200 and response.getheader("Content-Encoding") == coding, response.getheaders()
-    plain = {"gzip": gzip.decompress, "deflate": zlib.decompress}.get(coding or "", lambda b: b)(answer)
+    decoders: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.decompress, "deflate": zlib.decompress}
+    plain = decoders.get(coding or "", bytes)(answer)
     outputs = {o["name"]: o["data"] for o in json.loads(plain)["outputs"]}
     assert outputs["OUTPUT0"] == (in0 + in1).reshape(-1).tolist()
 

@@ -64,7 +64,10 @@ def test_the_subset_holds_the_fields_the_operator_renders() -> None:
         "name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "instance_group",
         "dynamic_batching", "ensemble_scheduling", "parameters",
     ])
-    step = ours.fields_by_name["ensemble_scheduling"].message_type.fields_by_name["step"].message_type
+    scheduling = ours.fields_by_name["ensemble_scheduling"].message_type
+    assert scheduling is not None
+    step = scheduling.fields_by_name["step"].message_type
+    assert step is not None
     assert sorted(step.fields_by_name) == ["input_map", "model_name", "model_version", "output_map"]
 
 

@@ -86,7 +86,7 @@ def test_image_preprocess_decodes_png_and_jpeg_to_normalised_chw(run: Run) -> No
     out = run("image_preprocess", {"image_bytes": objects(images, (2, 1))})
     assert isinstance(out, dict)
     pixels = out["image"]
-    assert (pixels.shape, pixels.dtype) == ((2, 3, 32, 32), np.float32)
+    assert pixels.shape == (2, 3, 32, 32) and pixels.dtype == np.float32
     assert -3.0 < float(pixels.min()) < float(pixels.max()) < 3.0
     with Image.open(io.BytesIO(images[0])) as image:
         rgb = np.asarray(image.convert("RGB").resize((32, 32), Image.Resampling.BILINEAR), dtype=np.float32)
@@ -139,7 +139,7 @@ def test_tokenizer_hashes_pads_and_truncates(run: Run) -> None:
     out = run("tokenizer", {"text": texts})
     assert isinstance(out, dict)
     ids = out["token_ids"]
-    assert (ids.shape, ids.dtype) == ((4, 16), np.int64)
+    assert ids.shape == (4, 16) and ids.dtype == np.int64
     assert ids[0].tolist() == ids[1].tolist()
     assert all(0 < i < onnx_models.VOCABULARY_SIZE for i in ids[0, :2]) and ids[0, 2:].tolist() == [0] * 14
     assert np.all(ids[2] > 0)

@@ -49,7 +49,7 @@ def optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), strategy)
 
 
-POLICY = st.one_of(
+POLICY: st.SearchStrategy[Any] = st.one_of(
     st.fixed_dictionaries({"latest": st.fixed_dictionaries({"numVersions": st.integers(1, UINT32_MAX)})}),
     st.fixed_dictionaries({"specific": st.fixed_dictionaries(
         {"versions": st.lists(st.integers(1, INT64_MAX), min_size=1, max_size=4)})}),

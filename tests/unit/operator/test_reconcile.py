@@ -16,7 +16,8 @@ from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import CONFIG_HASH_ANNOTATION, CONFIG_REFRESH_ANNOTATION, RuntimeDefaults
 from ensemble_operator.render.control import control_token
 from ensemble_operator.status import versions_found
-from fake_api import FakeApi, observe, reconcile
+
+from tests.unit.operator.fake_api import FakeApi, observe, reconcile
 
 NS = "ml"
 
@@ -122,7 +123,8 @@ def test_restricted_pods_get_their_token_and_secrets_are_never_read(world: tuple
 
 
 def _model_status(api: FakeApi, name: str) -> dict[str, Any]:
-    return api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)].get("status", {})
+    status: dict[str, Any] = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)].get("status", {})
+    return status
 
 
 def _model_pass(api: FakeApi, rec: Reconciler, found: FoundVersions) -> int:

@@ -9,7 +9,8 @@ from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import RuntimeDefaults
 from ensemble_operator.settle import ModelSettle
-from fake_api import FakeApi, reconcile
+
+from tests.unit.operator.fake_api import FakeApi, reconcile
 
 NS = "ml"
 

@@ -21,7 +21,8 @@ from ensemble_operator.status import (
     versions_found,
 )
 from ensemble_operator.validation import Issue
-from fake_api import FakeApi
+
+from tests.unit.operator.fake_api import FakeApi
 
 
 def _deployment(desired: int, ready: int, updated: int, stalled: bool = False, rolled_out: bool = False) -> dict[str, Any]:

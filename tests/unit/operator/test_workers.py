@@ -17,7 +17,8 @@ from ensemble_operator.kube import KubeClient, object_path
 from ensemble_operator.reconcile import Reconciler
 from ensemble_operator.render.common import ENSEMBLE_LABEL, RuntimeDefaults
 from ensemble_operator.workers import Workers
-from fake_api import FakeApi
+
+from tests.unit.operator.fake_api import FakeApi
 
 NS = "ml"
 ENSEMBLE_PATH = object_path("serving.ensemble.dev/v1alpha1", "Ensemble", NS, "image-pipeline")

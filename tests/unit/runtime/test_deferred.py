@@ -114,7 +114,12 @@ def test_the_timer_backs_off_while_it_finds_nothing() -> None:
         deferred, ran, done = Counted(within=0.01, at_most=0.04), list[int](), asyncio.Event()
         deferred.expect(asyncio.get_running_loop())
         await asyncio.sleep(0.4)
-        deferred.add(lambda: (ran.append(1), done.set()))
+
+        def piece() -> None:
+            ran.append(1)
+            done.set()
+
+        deferred.add(piece)
         await asyncio.wait_for(done.wait(), WAIT)
         return ran
 

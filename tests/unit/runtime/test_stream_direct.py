@@ -6,6 +6,7 @@ flight across threads."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any, cast
 
@@ -51,6 +52,12 @@ def _direct(window: Window, gate: Gate) -> tuple[DirectSend, Outlet]:
     return DirectSend(window.send, outlet, gate, asyncio.get_running_loop()), outlet
 
 
+
+def _token(name: str, index: int) -> bytes:
+    """The message a model's thread sends: which request, and its place in that request's answers."""
+    return f"{name} {index}".encode()
+
+
 async def _read_until(window: Window, outlet: Outlet, done: threading.Event) -> None:
     """A client reading the stream: takes what waits and tells the sender there is room, until `done`."""
     while True:
@@ -76,14 +83,15 @@ async def test_each_requests_order_holds_through_a_full_window() -> None:
     def model(name: str, count: int) -> None:  # a model's thread sending a request's responses, then its end
         for index in range(count):
             last = index == count - 1
-            direct.send(lambda i=index: (name, i), 0, (lambda: end(name)) if last else None)
+            direct.send(functools.partial(_token, name, index), 0, (lambda: end(name)) if last else None)
 
     threads = [threading.Thread(target=model, args=(name, 200), daemon=True) for name in ("a", "b")]
     for thread in threads:
         thread.start()
     await asyncio.wait_for(_read_until(window, outlet, finished), WAIT)
+    read = [message.decode().split() for message in window.read]
     for name in ("a", "b"):
-        assert [i for n, i in window.read if n == name] == list(range(200))
+        assert [int(i) for n, i in read if n == name] == list(range(200))
     assert sorted(ended) == ["a", "b"]  # each end once, after its request's last message went out
 
 
@@ -92,8 +100,8 @@ async def test_an_end_waits_for_the_messages_queued_before_it() -> None:
     gate = Gate(8, asyncio.get_running_loop())
     direct, outlet = _direct(window, gate)
     ended: list[int] = []
-    direct.send(lambda: "first", 0, None)  # fills the window
-    direct.send(lambda: "second", 0, None)  # waits in the backlog
+    direct.send(lambda: b"first", 0, None)  # fills the window
+    direct.send(lambda: b"second", 0, None)  # waits in the backlog
     direct.send(None, 0, lambda: ended.append(len(window.read) + len(window.waiting)))  # no message: only an end
     await asyncio.sleep(0.01)
     assert ended == []  # "second" has not gone out yet
@@ -104,7 +112,7 @@ async def test_an_end_waits_for_the_messages_queued_before_it() -> None:
             break
         await asyncio.sleep(0.01)
     window.drain()
-    assert window.read == ["first", "second"]
+    assert window.read == [b"first", b"second"]
     assert ended == [2]
 
 
@@ -115,12 +123,12 @@ async def test_a_closed_stream_gives_up_the_gate_and_takes_nothing_more() -> Non
     assert await gate.enter()
     window.closed = True
     ended: list[bool] = []
-    await asyncio.to_thread(direct.send, lambda: "lost", 0, lambda: ended.append(True))
+    await asyncio.to_thread(direct.send, lambda: b"lost", 0, lambda: ended.append(True))
     await asyncio.wait_for(gate.settled(), WAIT)  # returns: the client is gone
     assert gate.gone
     assert not await gate.enter()
     window.closed = False
-    direct.send(lambda: "after", 0, lambda: ended.append(True))
+    direct.send(lambda: b"after", 0, lambda: ended.append(True))
     assert window.waiting == [] and ended == []
 
 

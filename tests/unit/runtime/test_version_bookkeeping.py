@@ -166,7 +166,11 @@ def test_closing_a_scheduler_waits_for_the_calls_its_instance_threads_still_hold
             done: asyncio.Future[None] = loop.create_future()
 
             def then(result: BackendResult, settle: Callable[[], None], done: asyncio.Future[None] = done) -> None:
-                loop.call_soon_threadsafe(lambda: (settle(), done.set_result(None)))
+                def settled() -> None:
+                    settle()
+                    done.set_result(None)
+
+                loop.call_soon_threadsafe(settled)
 
             scheduler.submit_then(BackendRequest({"X": np.zeros(4, np.float32)}, ("Y",)), then)
             answered.append(done)
