@@ -55,6 +55,11 @@ from ensemble_runtime.tracing import Tracing
 from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
+# Said at start when grpcio's server takes the gRPC port: it has none of the native core's answers to HTTP/2's
+# floods (README: "The native front ends").
+GRPCIO_UNHARDENED = ("--grpc-frontend=grpcio: grpcio's server is not hardened against HTTP/2 floods (a rapid reset "
+                     "takes its CPU and fails other clients' calls); serve clients you do not trust with the "
+                     "native front end (the default)")
 
 
 def default_backends(cpus: int = 0) -> dict[str, Backend]:
@@ -174,6 +179,7 @@ class Server:
                                                  connections=s.grpc_connections(), logs=self.logs)
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
+            log.warning(GRPCIO_UNHARDENED)
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
                                            s.grpc_max_message_bytes, s.grpc_restrictions(),
                                            stream_limit=s.grpc_stream_max_in_flight,

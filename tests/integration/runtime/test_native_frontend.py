@@ -14,6 +14,7 @@ import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from ensemble_runtime.dtypes import serialize_bytes
+from ensemble_runtime.server import GRPCIO_UNHARDENED
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
@@ -200,6 +201,14 @@ def test_health_check_follows_readiness(servers: dict[str, RuntimeProcess]) -> N
     _both(servers, lambda p: _answer(p, "/grpc.health.v1.Health/Check",
                                      health_pb2.HealthCheckRequest(service="nope").SerializeToString()))
     _both(servers, lambda p: _answer(p, "/grpc.health.v1.Health/Check", b"\xff\xff\xff"))
+
+
+
+def test_only_grpcios_front_end_is_said_at_start_not_to_be_hardened(servers: dict[str, RuntimeProcess]) -> None:
+    """grpcio's server has none of the native core's answers to HTTP/2's floods: the runtime says so when it
+    serves with it, and not otherwise."""
+    assert GRPCIO_UNHARDENED in servers["grpcio"].log_text()
+    assert GRPCIO_UNHARDENED not in servers["native"].log_text()
 
 
 def test_unknown_method_is_unimplemented(native: RuntimeProcess) -> None:
