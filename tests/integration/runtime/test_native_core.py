@@ -55,9 +55,7 @@ async def _next_call(batches: Batches) -> Call:
             return batch[0]
 
 
-async def test_model_infer_decoded_in_place_and_encoded_by_the_core(
-    core: Started,
-) -> None:
+async def test_model_infer_decoded_in_place_and_encoded_by_the_core(core: Started) -> None:
     _, port, batches = core
     request = pb.ModelInferRequest(model_name="m", model_version="1", id="q")
     request.inputs.add(name="IN", datatype="FP32", shape=[1, 4]).parameters["p"].int64_param = 7
@@ -91,9 +89,7 @@ async def test_model_infer_decoded_in_place_and_encoded_by_the_core(
     assert response.parameters["x"].double_param == 0.5 and response.parameters["s"].string_param == "t"
 
 
-async def test_forwarded_bytes_and_statuses(
-    core: Started,
-) -> None:
+async def test_forwarded_bytes_and_statuses(core: Started) -> None:
     _, port, batches = core
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         meta = channel.unary_unary("/inference.GRPCInferenceService/ServerMetadata")
@@ -118,9 +114,7 @@ async def test_forwarded_bytes_and_statuses(
 
 
 @contextlib.asynccontextmanager
-async def _held(
-    core: Started, request: pb.ModelInferRequest,
-) -> AsyncIterator[Call]:
+async def _held(core: Started, request: pb.ModelInferRequest) -> AsyncIterator[Call]:
     """`request` sent to the core by a real client: its call, held until the block ends, then failed."""
     _, port, batches = core
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -216,9 +210,7 @@ _PARITY = _parity_cases()
 
 
 @pytest.mark.parametrize("case", list(_PARITY))
-async def test_plain_requests_decode_from_the_view_as_from_protobuf(
-    core: Started, case: str,
-) -> None:
+async def test_plain_requests_decode_from_the_view_as_from_protobuf(core: Started, case: str) -> None:
     """`decode_view` builds a plain request from the core's tensors: the same request, or the same error, as
     `decode_request` makes of the protobuf message; anything not plain is left to `decode_request`."""
     request, plain = _PARITY[case]
@@ -238,9 +230,7 @@ async def test_plain_requests_decode_from_the_view_as_from_protobuf(
                 assert datatype == "BYTES" or _owner(inputs[name]) is data
 
 
-async def test_the_views_lists_are_built_once_as_sent(
-    core: Started,
-) -> None:
+async def test_the_views_lists_are_built_once_as_sent(core: Started) -> None:
     """The protobuf-like lists of a view (`inputs`, `outputs`, `plain`) are built on first read: the same objects on
     every read after, with the tensors as sent (a repeated output twice, each with its parameters)."""
     request = _message([1, 4])
@@ -284,9 +274,7 @@ _REPLIES = _reply_cases()
 
 
 @pytest.mark.parametrize("case", list(_REPLIES))
-async def test_responses_written_by_the_core_as_by_python(
-    core: Started, case: str,
-) -> None:
+async def test_responses_written_by_the_core_as_by_python(core: Started, case: str) -> None:
     """`Call.reply_response` writes an answer whose outputs are all plain numpy arrays, with the same message
     `grpc_codec.encode_response` makes of it; for anything else it does nothing and says so, and Python's
     conversion answers (the call is still unanswered)."""

@@ -238,8 +238,10 @@ def test_stream_infer_answers_each_request(servers: dict[str, RuntimeProcess]) -
 def _types_request(request_id: str, requested: list[str] | None = None) -> pb.ModelInferRequest:
     """A request for `types` (fp16, int8, bool and BYTES through Identity), asking for `requested` outputs."""
     request = pb.ModelInferRequest(model_name="types", id=request_id)
-    arrays: dict[str, npt.NDArray[Any]] = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
-              "flag_in": np.array([[True, False]])}
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+        "flag_in": np.array([[True, False]]),
+    }
     for name, array in arrays.items():
         request.inputs.add(name=name, datatype={"f": "FP16", "i": "INT8", "b": "BOOL"}[array.dtype.kind],
                            shape=array.shape)

@@ -123,8 +123,10 @@ def test_binary_outputs_of_every_kind_as_aiohttp_writes_them(servers: dict[str, 
     data or JSON, by Python's encoding."""
     for proc in servers.values():
         proc.wait_model_ready("types")
-    arrays: dict[str, npt.NDArray[Any]] = {"fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
-              "flag_in": np.array([[True, False]])}
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "fp16_in": np.array([[1.5, -2]], np.float16), "int8_in": np.array([[-3, 4]], np.int8),
+        "flag_in": np.array([[True, False]]),
+    }
     inputs: list[dict[str, object]] = []
     tail = b""
     for name, array in arrays.items():

@@ -123,7 +123,8 @@ def test_restricted_pods_get_their_token_and_secrets_are_never_read(world: tuple
 
 
 def _model_status(api: FakeApi, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)].get("status", {})
+    model = api.objects[object_path("serving.ensemble.dev/v1alpha1", "Model", NS, name)]
+    status: dict[str, Any] = model.get("status", {})
     return status
 
 

@@ -52,7 +52,6 @@ def _direct(window: Window, gate: Gate) -> tuple[DirectSend, Outlet]:
     return DirectSend(window.send, outlet, gate, asyncio.get_running_loop()), outlet
 
 
-
 def _token(name: str, index: int) -> bytes:
     """The message a model's thread sends: which request, and its place in that request's answers."""
     return f"{name} {index}".encode()
