@@ -3,8 +3,8 @@ end (statistics, in flight, its version's hold) reaches the event loop after the
 the loop does not delay the answer. Whatever the loop reads after the answer must still count it: here the loop
 itself waits for the answer, in its next callback after the hand-over's (blocking, so the wake-up the thread posted
 cannot run), and then reads the statistics in the same turn; and the places in the model's queue those answered
-requests held are free for the next one admitted in that turn. The data plane is the runtime's own (`build_dataplane`), on a real uvloop, with the `add_one`
-python model of the benchmarks."""
+requests held are free for the next one admitted in that turn. The data plane is the runtime's own
+(`build_dataplane`), on a real uvloop, with the `add_one` python model of the benchmarks."""
 
 from __future__ import annotations
 
