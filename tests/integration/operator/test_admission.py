@@ -152,5 +152,9 @@ def test_without_the_webhook_the_reconcile_reports_the_invalid_spec(
     assert ready is not None and ready["status"] == "False"
     # An invalid spec plans no objects at all.
     assert get(cp, f"/apis/apps/v1/namespaces/{models_ns}/deployments/{name}") is None
-    events = cp.api("GET", f"/api/v1/namespaces/{models_ns}/events?fieldSelector=involvedObject.name%3D{name}")
-    assert any(e["type"] == "Warning" and e["reason"] == "Invalid" for e in events["items"])
+
+    def warned() -> bool:  # the operator writes the status first, then the event: a later API call of its own
+        events = cp.api("GET", f"/api/v1/namespaces/{models_ns}/events?fieldSelector=involvedObject.name%3D{name}")
+        return any(e["type"] == "Warning" and e["reason"] == "Invalid" for e in events["items"])
+
+    wait_for(warned, "a Warning event with reason Invalid", timeout=30)
