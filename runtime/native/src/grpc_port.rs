@@ -5,11 +5,14 @@
 use std::hash::{BuildHasher, RandomState};
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::sync::oneshot;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 use tonic::body::Body;
 use tonic::codegen::{http, BoxFuture, Service};
 use tonic::service::Routes;
@@ -18,7 +21,7 @@ use tonic::Status;
 
 use crate::busy::Busy;
 use crate::driven::{accept, after, drive};
-use crate::fair_share::FairShare;
+use crate::fair_share::{FairShare, Place};
 use crate::grpc_timeout;
 use crate::handshake::{ConnectionLimits, Deadlined};
 use crate::placed::{Placed, PlacedInfo};
@@ -27,13 +30,14 @@ use crate::send_bound::SendBound;
 use crate::service::{Core, HealthService, InferenceService};
 
 /// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`, its
-/// connections within `limits`: each driven by its own task (crate::driven), so that one that gives way or ages
-/// says so with a GOAWAY.
+/// connections within `limits`, over TLS where `tls` is given (crate::tls): each driven by its own task
+/// (crate::driven), so that one that gives way or ages says so with a GOAWAY.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<Core>,
     listener: TcpListener,
     limits: ConnectionLimits,
+    tls: Option<Arc<ServerConfig>>,
 ) -> std::io::Result<Running<()>> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
@@ -48,11 +52,12 @@ pub fn serve(
         .keep_alive_interval(Some(limits.keepalive_time))
         .keep_alive_timeout(limits.keepalive_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams);
+    let acceptor = tls.map(TlsAcceptor::from);
     let done = runtime.spawn(accept(
         listener,
         places,
         signal,
-        move |tcp, place, stopping| {
+        move |tcp, mut place, mut stopping| {
             let inner = TcpConnectInfo {
                 local_addr: tcp.local_addr().ok(),
                 remote_addr: tcp.peer_addr().ok(),
@@ -68,26 +73,58 @@ pub fn serve(
                 busy: busy.clone(),
                 outgoing: io.outgoing().clone(),
             };
-            let io = Deadlined::new(io, limits.handshake);
-            let aged = aged(limits.max_age);
             let service = Connection {
                 routes: routes.clone(),
                 core: core.clone(),
                 info,
             };
-            let connection = builder.serve_connection(TokioIo::new(io), service);
-            drive(
-                connection,
-                http2::Connection::graceful_shutdown,
-                place,
-                aged,
-                limits.max_age_grace,
-                busy,
-                stopping,
-            )
+            let (builder, acceptor) = (builder.clone(), acceptor.clone());
+            async move {
+                let Some(acceptor) = acceptor else {
+                    let io = Deadlined::new(io, limits.handshake);
+                    let connection = builder.serve_connection(TokioIo::new(io), service);
+                    return served(connection, place, limits, busy, stopping).await;
+                };
+                // the handshake deadline holds from the accept: TLS's handshake, then HTTP/2's
+                let began = Instant::now();
+                let handshake = tokio::time::timeout(limits.handshake, acceptor.accept(io));
+                let tls = tokio::select! {
+                    shaken = handshake => match shaken {
+                        Ok(Ok(tls)) => tls,
+                        _ => return, // not TLS, refused or too slow: closed
+                    },
+                    () = place.given_way() => return,
+                    _ = stopping.wait_for(|stopping| *stopping) => return,
+                };
+                let io = Deadlined::new(tls, limits.handshake.saturating_sub(began.elapsed()));
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                served(connection, place, limits, busy, stopping).await
+            }
         },
     ));
     Ok(Running::new(shutdown, done))
+}
+
+/// Drives one HTTP/2 connection of the port to its end (crate::driven::drive).
+async fn served<I>(
+    connection: http2::Connection<TokioIo<I>, Connection, TokioExecutor>,
+    place: Place,
+    limits: ConnectionLimits,
+    busy: Busy,
+    stopping: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    drive(
+        connection,
+        http2::Connection::graceful_shutdown,
+        place,
+        aged(limits.max_age),
+        limits.max_age_grace,
+        busy,
+        stopping,
+    )
+    .await
 }
 
 /// The calls of one connection: each told where it came from (its [`PlacedInfo`]), then routed to its service.

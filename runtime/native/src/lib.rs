@@ -32,6 +32,7 @@ pub mod running;
 pub mod send_bound;
 pub mod service;
 pub mod stream;
+pub mod tls;
 pub mod unanswered;
 pub mod wire_format;
 

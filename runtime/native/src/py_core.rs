@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList};
+use rustls::ServerConfig;
 use tonic::{Code, Status};
 
 use crate::budget::CallLimits;
@@ -23,11 +24,16 @@ use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answer
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{Core, Reply, Work, MODEL_INFER};
+use crate::tls::{server_config, TlsFiles};
+
+/// A TLS port's (certificate chain, private key, client roots for mutual TLS), in PEM.
+type TlsPem = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
     core: Arc<Core>,
     limits: ConnectionLimits,
+    tls: Option<Arc<ServerConfig>>,
     serving: Serving<()>,
     numpy: GILOnceCell<Arc<Arrays>>, // what a request's arrays are built with, from its first request
 }
@@ -38,10 +44,11 @@ impl GrpcCore {
     /// `keepalive_time`, `keepalive_timeout`, `send_timeout`, `max_connection_age` and `max_connection_age_grace`
     /// (0: none) in seconds,
     /// `max_concurrent_streams` per connection and `max_connections` (see `handshake::ConnectionLimits`);
-    /// `max_incomplete_calls` and `max_open_streams` across all connections (see `budget::CallLimits`). The
-    /// defaults are the runtime's settings' alone.
+    /// `max_incomplete_calls` and `max_open_streams` across all connections (see `budget::CallLimits`); `tls`:
+    /// (certificate chain, private key, client roots or None) in PEM for a TLS port, mutual with roots
+    /// (see `tls::TlsFiles`; ValueError naming the one that is wrong). The defaults are the runtime's settings' alone.
     #[new]
-    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout, max_connection_age, max_connection_age_grace))]
+    #[pyo3(signature = (max_message_bytes, restricted, threads, *, handshake_timeout, keepalive_time, keepalive_timeout, max_concurrent_streams, max_connections, max_incomplete_calls, max_open_streams, send_timeout, max_connection_age, max_connection_age_grace, tls=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_message_bytes: usize,
@@ -57,6 +64,7 @@ impl GrpcCore {
         send_timeout: f64,
         max_connection_age: f64,
         max_connection_age_grace: f64,
+        tls: Option<TlsPem>,
     ) -> PyResult<Self> {
         let limits = ConnectionLimits {
             handshake: positive_seconds("handshake_timeout", handshake_timeout)?,
@@ -85,10 +93,21 @@ impl GrpcCore {
             incomplete_calls: max_incomplete_calls,
             open_streams: max_open_streams,
         };
+        let tls = tls
+            .map(|(chain, key, roots)| {
+                server_config(&TlsFiles {
+                    certificate_chain: &chain,
+                    private_key: &key,
+                    client_roots: roots.as_deref(),
+                })
+            })
+            .transpose()
+            .map_err(PyValueError::new_err)?;
         let core = Core::new(Restrictions::new(rules), max_message_bytes, calls)?;
         Ok(Self {
             core: Arc::new(core),
             limits,
+            tls,
             serving: Serving::new("grpc-core", "gRPC core", threads),
             numpy: GILOnceCell::new(),
         })
@@ -115,10 +134,10 @@ impl GrpcCore {
     fn start(&self, py: Python<'_>, address: &str, port: u16) -> PyResult<u16> {
         let core = self.core.clone();
         let in_flight = core.in_flight.clone();
-        let limits = self.limits;
+        let (limits, tls) = (self.limits, self.tls.clone());
         self.serving
             .start(py, address, port, in_flight, move |runtime, listener| {
-                serve(runtime, core, listener, limits)
+                serve(runtime, core, listener, limits, tls)
             })
     }
 
