@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ensemble_runtime import log_settings, thread_policy
-from ensemble_runtime.server import serve
+from ensemble_runtime.server import StartError, serve
 from ensemble_runtime.settings import parse_settings
 
 
@@ -22,12 +22,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     why_not = thread_policy.apply(settings.thread_policy)  # before the runtime starts its threads: they inherit it
     if why_not is not None:
         logging.getLogger("ensemble_runtime").warning("%s", why_not)
-    if settings.event_loop == "uvloop":
-        import uvloop
+    try:
+        if settings.event_loop == "uvloop":
+            import uvloop
 
-        uvloop.run(serve(settings))
-    else:
-        asyncio.run(serve(settings))
+            uvloop.run(serve(settings))
+        else:
+            asyncio.run(serve(settings))
+    except StartError as exc:
+        logging.getLogger("ensemble_runtime").error("cannot start: %s", exc)
+        return 1
     return 0
 
 

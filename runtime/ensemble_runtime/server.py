@@ -34,7 +34,7 @@ from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import SERVER_METRIC_NAMES, build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
-from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server
+from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server, server_credentials
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
@@ -57,6 +57,11 @@ from ensemble_runtime.version_loader import VersionLoader
 log = logging.getLogger(__name__)
 # Said at start when grpcio's server takes the gRPC port: it has none of the native core's answers to HTTP/2's
 # floods (README: "The native front ends").
+class StartError(Exception):
+    """The runtime cannot start as its flags ask (a TLS file whose contents are not what they should be): the
+    message says which and why; `ensemble-runtime` writes it and exits 1."""
+
+
 GRPCIO_UNHARDENED = ("--grpc-frontend=grpcio: grpcio's server is not hardened against HTTP/2 floods (a rapid reset "
                      "takes its CPU and fails other clients' calls); serve clients you do not trust with the "
                      "native front end (the default)")
@@ -171,12 +176,16 @@ class Server:
     async def start(self) -> None:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
+        tls = s.grpc_tls() if s.allow_grpc else None
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
-            self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
-                                                 s.grpc_max_message_bytes, s.grpc_restrictions(),
-                                                 threads=self._core_threads(s.grpc_native_threads),
-                                                 stream_limit=s.grpc_stream_max_in_flight,
-                                                 connections=s.grpc_connections(), logs=self.logs)
+            try:
+                self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
+                                                     s.grpc_max_message_bytes, s.grpc_restrictions(),
+                                                     threads=self._core_threads(s.grpc_native_threads),
+                                                     stream_limit=s.grpc_stream_max_in_flight,
+                                                     connections=s.grpc_connections(), logs=self.logs, tls=tls)
+            except ValueError as exc:  # the flags' values were checked: what remains is what the TLS files hold
+                raise StartError(f"--grpc-use-ssl: {exc}") from None
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
             log.warning(GRPCIO_UNHARDENED)
@@ -184,7 +193,15 @@ class Server:
                                            s.grpc_max_message_bytes, s.grpc_restrictions(),
                                            stream_limit=s.grpc_stream_max_in_flight,
                                            connections=s.grpc_connections(), logs=self.logs)
-            self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
+            address = f"{s.grpc_address}:{s.grpc_port}"
+            if tls is None:
+                self._grpc.add_insecure_port(address)
+            else:
+                try:
+                    self._grpc.add_secure_port(address, server_credentials(tls))
+                except RuntimeError as exc:  # grpc core says no more than this
+                    raise StartError(f"--grpc-use-ssl: grpcio cannot serve {address} with the certificate files "
+                                     f"(or the address is taken): {exc}") from None
             await self._grpc.start()
         if s.allow_http:
             app = build_http_app(
@@ -217,7 +234,8 @@ class Server:
                 await self._native_metrics.start(s.metrics_address, s.metrics_port)
             else:
                 self._runners.append(await start_http(metrics_app, s.metrics_address, s.metrics_port))
-        log.info("listening: grpc %s:%d, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
+        log.info("listening: grpc %s:%d%s, http %s:%d, metrics %s:%d", s.grpc_address, s.grpc_port,
+                 "" if tls is None else f" ({tls.describe()})",
                  s.http_address, s.http_port, s.metrics_address, s.metrics_port)
         await self.health.update(False)
         loop = asyncio.get_running_loop()

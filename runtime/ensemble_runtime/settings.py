@@ -12,6 +12,7 @@ from typing import Literal
 from ensemble_contract.ports import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
 
+from ensemble_runtime.grpc_tls import GrpcTls, tls_from_flags
 from ensemble_runtime.log_settings import FORMATS, LogSettings
 from ensemble_runtime.restrictions import Category, RestrictionError, Restrictions, parse_restrictions
 from ensemble_runtime.thread_policy import CHOICES as THREAD_POLICIES
@@ -91,6 +92,11 @@ class RuntimeSettings(BaseModel):
     grpc_send_timeout_secs: PositiveFloat = SEND_TIMEOUT_SECS
     grpc_max_connection_age_secs: int = Field(default=0, ge=0, lt=2**31)
     grpc_max_connection_age_grace_secs: int = Field(default=0, ge=0, lt=2**31)
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: Path | None = None
+    grpc_server_key: Path | None = None
+    grpc_root_cert: Path | None = None
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int | None = Field(default=None, ge=0)
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -155,6 +161,11 @@ class RuntimeSettings(BaseModel):
             if size < 0:
                 raise ValueError(f"--cache-config {item!r}: size must not be negative")
         return size
+
+    def grpc_tls(self) -> GrpcTls | None:
+        """The gRPC port's TLS (None: plaintext), its files read now; ValueError naming the flag that is wrong."""
+        return tls_from_flags(self.grpc_use_ssl, self.grpc_use_ssl_mutual, self.grpc_server_cert,
+                              self.grpc_server_key, self.grpc_root_cert)
 
     def grpc_connections(self) -> GrpcConnections:
         return GrpcConnections(handshake_secs=self.grpc_handshake_timeout_secs,
@@ -221,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads of the native gRPC core (--grpc-frontend=native); 0: none, the event loop's "
                         "thread drives it (no hand-off between threads per request); default: 0 where the runtime "
                         "has one CPU (its affinity, or --cpus), else 1")
+    p.add_argument("--grpc-use-ssl", type=_bool,
+                   help="serve the gRPC port over TLS with --grpc-server-cert and --grpc-server-key (Triton's flag; "
+                        "both front ends)")
+    p.add_argument("--grpc-use-ssl-mutual", type=_bool,
+                   help="serve the gRPC port over mutual TLS: as --grpc-use-ssl, and a client must present a "
+                        "certificate that --grpc-root-cert's certificates signed (Triton's flag)")
+    p.add_argument("--grpc-server-cert", type=Path, metavar="PEM",
+                   help="the server's certificate, then any intermediates (with --grpc-use-ssl)")
+    p.add_argument("--grpc-server-key", type=Path, metavar="PEM", help="the server's private key (with --grpc-use-ssl)")
+    p.add_argument("--grpc-root-cert", type=Path, metavar="PEM",
+                   help="the certificates a client's must chain to (with --grpc-use-ssl-mutual)")
     p.add_argument("--grpc-handshake-timeout-secs", type=_positive(float),
                    help="a gRPC connection that has not opened HTTP/2 (the preface and its SETTINGS) this long after "
                         "it was accepted is closed (grpc core's server handshake timeout; Triton's: 120)")
@@ -386,6 +408,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> RuntimeSettings:
     try:
         settings.trace_settings()
         settings.response_cache_bytes()
+        settings.grpc_tls()
     except ValueError as exc:
         parser.error(str(exc))
     return settings

@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -16,8 +17,23 @@ import tritonclient.http as httpclient
 from tests.support.ports import free_ports
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """How a client reaches a gRPC port served over TLS: the root the server's certificate chains to, and for
+    mutual TLS the client's own certificate chain and key."""
+
+    root: Path
+    certificate: tuple[Path, Path] | None = None  # (chain, key)
+
+    def client(self, url: str) -> grpcclient.InferenceServerClient:
+        chain, key = (str(path) for path in self.certificate) if self.certificate else (None, None)
+        return grpcclient.InferenceServerClient(url, ssl=True, root_certificates=str(self.root),
+                                                certificate_chain=chain, private_key=key)
+
+
 class ServerProcess:
-    """Ports, log file, start/stop and readiness waits; subclasses build the command line in `command`."""
+    """Ports, log file, start/stop and readiness waits; subclasses build the command line in `command`.
+    `client_tls`: set (before `start`) for a server whose gRPC port serves TLS, so its own clients use it."""
 
     label = "server"
 
@@ -28,6 +44,7 @@ class ServerProcess:
         self._log = tempfile.NamedTemporaryFile(prefix=f"{self.label}-", suffix=".log", delete=False)  # noqa: SIM115
         self.log_path = Path(self._log.name)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.client_tls: ClientTls | None = None
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         raise NotImplementedError
@@ -64,7 +81,7 @@ class ServerProcess:
 
     def _poll(self, check: Callable[[grpcclient.InferenceServerClient], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        with grpcclient.InferenceServerClient(self.grpc_url) as client:
+        with self.grpc_client() as client:
             while time.monotonic() < deadline:
                 assert self.proc is not None, "not started"
                 if self.proc.poll() is not None:
@@ -87,6 +104,8 @@ class ServerProcess:
         self._poll(lambda c: bool(c.is_model_ready(name, version)), f"model '{name}' ready", timeout)
 
     def grpc_client(self) -> grpcclient.InferenceServerClient:
+        if self.client_tls is not None:
+            return self.client_tls.client(self.grpc_url)
         return grpcclient.InferenceServerClient(self.grpc_url)
 
     def http_client(self) -> httpclient.InferenceServerClient:

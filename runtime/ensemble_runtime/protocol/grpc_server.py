@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from ensemble_runtime.dataplane import DataPlane
 from ensemble_runtime.errors import ErrorCode, InferenceError, bounded
+from ensemble_runtime.grpc_tls import GrpcTls
 from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
@@ -274,3 +275,10 @@ def _max_age(secs: int, grace_secs: int) -> list[tuple[str, int]]:
         return []
     return [("grpc.max_connection_age_ms", secs * 1000),
             ("grpc.max_connection_age_grace_ms", grace_secs * 1000 if grace_secs else 2**31 - 1)]
+
+
+def server_credentials(tls: GrpcTls) -> grpc.ServerCredentials:
+    """grpcio's credentials for `tls`: its certificate and key, and a client certificate the roots signed required
+    for mutual TLS."""
+    return grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)], root_certificates=tls.client_roots,
+                                       require_client_auth=tls.mutual)

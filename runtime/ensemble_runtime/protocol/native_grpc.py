@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from ensemble_runtime.dataplane import DataPlane
+from ensemble_runtime.grpc_tls import GrpcTls
 from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol._native import GrpcCore, StreamCall, StreamFrame, StreamWritable
 from ensemble_runtime.protocol.grpc_server import Health, InferenceServicer
@@ -45,8 +46,10 @@ def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str
 
 
 def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]], threads: int,
-             connections: GrpcConnections) -> GrpcCore:
-    """The core, its connections treated as `connections` says."""
+             connections: GrpcConnections, tls: GrpcTls | None = None) -> GrpcCore:
+    """The core, its connections treated as `connections` says, over TLS with `tls` (ValueError: what is wrong
+    with its files)."""
+    files = None if tls is None else (tls.certificate_chain, tls.private_key, tls.client_roots)
     return GrpcCore(max_message_bytes, restricted, threads,
                     handshake_timeout=connections.handshake_secs,
                     keepalive_time=connections.keepalive_time_ms / 1000,
@@ -57,14 +60,15 @@ def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]]
                     max_open_streams=connections.max_open_streams,
                     send_timeout=connections.send_timeout_secs,
                     max_connection_age=connections.max_age_secs,
-                    max_connection_age_grace=connections.max_age_grace_secs)
+                    max_connection_age_grace=connections.max_age_grace_secs,
+                    tls=files)
 
 
 class NativeGrpcServer:
     def __init__(
         self, dataplane: DataPlane, repository: RepositoryPlane, health: Health, max_message_bytes: int,
         restrictions: Restrictions | None = None, threads: int = 1, stream_limit: int = DEFAULT_STREAM_LIMIT,
-        connections: GrpcConnections | None = None, logs: LogControl | None = None,
+        connections: GrpcConnections | None = None, logs: LogControl | None = None, tls: GrpcTls | None = None,
     ) -> None:
         connections = connections or GrpcConnections()  # None: Triton's defaults
         self._dp = dataplane
@@ -73,7 +77,7 @@ class NativeGrpcServer:
         self._health = health
         health.follow(dataplane.ready)
         self._routes = forwarded_routes(InferenceServicer(dataplane, repository, logs=logs), health.servicer)
-        self._core = new_core(max_message_bytes, restricted_methods(restrictions), threads, connections)
+        self._core = new_core(max_message_bytes, restricted_methods(restrictions), threads, connections, tls)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None
