@@ -146,18 +146,22 @@ class Bench:
     """The servers (name -> process, all running), perf_analyzer, and how each run is made."""
 
     def __init__(self, binary: Path, servers: Mapping[str, ServerProcess], pinning: Pinning, interval_ms: int,
-                 repeats: int, stability: int, per_thread: bool = False, streaming: bool = False) -> None:
+                 repeats: int, stability: int, per_thread: bool = False, streaming: bool = False,
+                 tls_root: Path | None = None) -> None:
         self.binary, self.servers, self.pinning = binary, servers, pinning
         self.interval_ms, self.repeats, self.stability = interval_ms, repeats, stability
         self.per_thread = per_thread  # also sample each thread of our servers (bench.pa.threads)
         self.streaming = streaming  # every model over ModelStreamInfer (the decoupled one always is)
+        self.tls_root = tls_root  # gRPC over TLS: the root the servers' certificate chains to
 
     def streams(self, model: str) -> bool:
         """Whether `model`'s requests go over ModelStreamInfer (perf_analyzer's --streaming, gRPC only)."""
         return self.streaming or model == DECOUPLED
 
     def args(self, protocol: str, concurrency: int, streaming: bool = False) -> list[str]:
-        return ["-i", protocol, *(["--streaming"] if streaming else []), "--concurrency-range", str(concurrency),
+        tls = ["--ssl-grpc-use-ssl", "true", "--ssl-grpc-root-certifications-file", str(self.tls_root)] \
+            if self.tls_root is not None and protocol == "grpc" else []
+        return ["-i", protocol, *tls, *(["--streaming"] if streaming else []), "--concurrency-range", str(concurrency),
                 "--measurement-interval", str(self.interval_ms), "-s", str(self.stability), "--max-trials", "10"]
 
     def success_count(self, name: str, model: str) -> int:
@@ -281,6 +285,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "ignores the parameter)")
     parser.add_argument("--streaming", action="store_true",
                         help="every python workload over gRPC streaming (perf_analyzer --streaming; no HTTP, no floor)")
+    parser.add_argument("--tls", action="store_true",
+                        help="the gRPC port of every server over TLS (--grpc-use-ssl with a certificate made for the "
+                             "run; perf_analyzer's --ssl-grpc-*); no floors")
     parser.add_argument("--threads", action="store_true",
                         help="per thread of ours: CPU and context switches per request (bench.pa.threads)")
     parser.add_argument("--json", type=Path, help="write here instead of bench/results/perf_analyzer.json")
@@ -291,7 +298,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.pa.servers import FloorServer, PinnedRuntime, PinnedTriton, busy_neighbor
+    from bench.pa.servers import FloorServer, PinnedRuntime, PinnedTriton, busy_neighbor, tls_setup
     from bench.triton_peer import require_install
 
     args = parse_args(argv)
@@ -302,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     pinning = choose_pinning(args.pin)
     if args.neighbor and not pinning.server:
         raise SystemExit("--neighbor needs the servers pinned (--pin, 2 or more CPUs)")
-    configs = ours_configs(args.ours, [*args.ours_arg, *([CACHE_CONFIG] if args.cache else [])])
+    if args.tls and (args.floor or args.floor_in_core):
+        raise SystemExit("--tls: the floors serve plaintext only")
     models, protocols = args.model or list(DEFAULT_MODELS), args.protocol or list(PROTOCOLS)
     levels = args.concurrency or list(CONCURRENCY)
     load_before, started = os.getloadavg(), time.monotonic()
@@ -310,6 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     onnx: dict[str, Any] = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="perf-analyzer-bench-")))
+        client_tls, tls_flags = tls_setup(tmp / "pki") if args.tls else (None, [])
+        configs = ours_configs(args.ours, [*args.ours_arg, *([CACHE_CONFIG] if args.cache else []), *tls_flags])
+
+        def serving(server: ServerProcess) -> ServerProcess:
+            server.client_tls = client_tls  # the harness's own calls (readiness, statistics) over TLS too
+            return stack.enter_context(server)
+
         build_chain_repository(tmp / "models", lengths=(2,))
         if MULTI_INSTANCE in models:
             build_add_one(tmp / "models", MULTI_INSTANCE, instances=2)
@@ -321,11 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             mark_cached(tmp / "models")
         model_path = build_onnx_repository(tmp / "onnx") if args.onnx else None
         ours_repos = [tmp / "models", *([tmp / "onnx"] if args.onnx else [])]
-        servers: dict[str, ServerProcess] = {c.name: stack.enter_context(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
+        servers: dict[str, ServerProcess] = {c.name: serving(PinnedRuntime(ours_repos, c, pinning)) for c in configs}
         if install is not None:
             cache = [CACHE_CONFIG, f"--cache-directory={install.backend_directory.parent / 'caches'}"]
-            servers[TRITON] = stack.enter_context(PinnedTriton([tmp / "models"], install, pinning,
-                                                               args.triton_batch, cache if args.cache else ()))
+            servers[TRITON] = serving(PinnedTriton([tmp / "models"], install, pinning, args.triton_batch,
+                                                   [*(cache if args.cache else ()), *tls_flags]))
         if args.floor:
             servers[FLOOR] = stack.enter_context(FloorServer(pinning, args.floor_threads))
         if args.floor_in_core:
@@ -337,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.neighbor:
             stack.enter_context(busy_neighbor(pinning))
         bench = Bench(binary, servers, pinning, args.interval_ms, args.repeats, args.stability, args.threads,
-                      args.streaming)
+                      args.streaming, client_tls.root if client_tls else None)
         for model in models:
             for protocol in protocols:
                 if bench.streams(model) and protocol != "grpc":
@@ -363,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "perf_analyzer": (shown.stdout + shown.stderr).strip(),
         "triton": {"pytriton": install.pytriton_version, "sched_batch": args.triton_batch} if install else None,
-        "floor": args.floor, "floor_in_core": args.floor_in_core, "floor_threads": args.floor_threads, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache,
+        "floor": args.floor, "floor_in_core": args.floor_in_core, "floor_threads": args.floor_threads, "neighbor": args.neighbor, "inline": args.inline, "cache": args.cache, "tls": args.tls,
         "ours": {c.name: list(c.args) for c in configs},
         "pinning": {"server_cpus": pinning.server, "client_cpus": pinning.client},
         "interval_ms": args.interval_ms, "repeats": args.repeats, "stability": args.stability, "protocols": protocols,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from bench.pa.report import TRITON
 from bench.triton_peer import TritonInstall, TritonPeer
+from tests.infra.certs import generate_ca, generate_serving_cert
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ClientTls, ServerProcess
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,15 @@ def busy_neighbor(pinning: Pinning) -> Iterator[None]:
     finally:
         process.kill()
         process.wait()
+
+
+def tls_setup(directory: Path) -> tuple[ClientTls, list[str]]:
+    """A CA and a server certificate for 127.0.0.1, written under `directory`: how clients reach the servers, and the
+    flags with which ours and Triton (the same flags) serve gRPC over TLS."""
+    directory.mkdir(parents=True)
+    ca = generate_ca("perf-analyzer-bench")
+    server = generate_serving_cert(ca, "server", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    for name, pem in (("ca.crt", ca.cert_pem), ("server.crt", server.cert_pem), ("server.key", server.key_pem)):
+        (directory / name).write_bytes(pem)
+    return ClientTls(directory / "ca.crt"), ["--grpc-use-ssl=true", f"--grpc-server-cert={directory / 'server.crt'}",
+                                             f"--grpc-server-key={directory / 'server.key'}"]

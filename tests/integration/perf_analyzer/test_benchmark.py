@@ -13,6 +13,7 @@ import pytest
 
 from bench.pa.servers import OursConfig, choose_pinning, ours_configs
 from bench.perf_analyzer import main, not_installed_reason
+from bench.triton_peer import not_installed_reason as peer_not_installed_reason
 
 _REASON = not_installed_reason()
 
@@ -72,3 +73,23 @@ def test_quick_run_reports_http_cpu_threads_onnx_and_floors(tmp_path: Path) -> N
         assert floor["samples"][0]["server_requests"] > 0 and floor["cpu_ms_per_1000"] > 0
         assert name not in report["results"]["add_one_0"]["http"]["2"]
         assert report["onnx"]["grpc"][name]["runs_ok"] == 1 and name not in report["onnx"]["http"]
+
+
+_PEER_REASON = _REASON or peer_not_installed_reason()
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(_PEER_REASON is not None, reason=_PEER_REASON or "")
+def test_perf_analyzer_measures_ours_and_triton_over_tls(tmp_path: Path) -> None:
+    """`--tls`: both servers serve gRPC over TLS with the same flags (Triton's), and NVIDIA's client reaches both
+    with its --ssl-grpc-* options; the harness's own statistics calls go over TLS too."""
+    out = tmp_path / "perf_analyzer.json"
+    assert main(["--quick", "--interval-ms", "500", "--stability", "1000", "--model", "add_one_0", "--protocol", "grpc",
+                 "--concurrency", "1", "--no-onnx", "--tls", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["tls"] is True and "--grpc-use-ssl=true" in report["ours"]["ours"]
+    point = report["results"]["add_one_0"]["grpc"]["1"]
+    assert "--ssl-grpc-use-ssl true" in point["command"]
+    for name in ("ours", "triton"):
+        assert point[name]["runs_ok"] == 1, point[name]["errors"]
+        assert point[name]["samples"][0]["server_requests"] > 0
