@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.infra.certs import CertKey, generate_ca, generate_client_cert, generate_serving_cert
+from tests.integration.runtime import repo
 from tests.support.runtime_process import REPO_ROOT, RuntimeProcess
 from tests.support.server_process import ClientTls
 
@@ -72,6 +74,14 @@ class TlsRuntime(RuntimeProcess):
 
 
 @pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runtime tests' repository, and `echo` (an answer as large as its request)."""
+    root = repo.build(tmp_path_factory.mktemp("repo"))
+    repo.echo_model(root)
+    return root
+
+
+@pytest.fixture(scope="module")
 def servers(repository: Path, pki: Pki) -> Iterator[dict[str, TlsRuntime]]:
     started = {
         "tls": TlsRuntime(repository, pki, "native", mutual=False),
@@ -82,8 +92,8 @@ def servers(repository: Path, pki: Pki) -> Iterator[dict[str, TlsRuntime]]:
         for proc in started.values():
             proc.start()
         for proc in started.values():
-            proc.wait_model_ready("add_sub")
-            proc.wait_model_ready("py_add_sub")
+            for model in ("add_sub", "py_add_sub", "echo"):
+                proc.wait_model_ready(model)
         yield started
     finally:
         for proc in started.values():
@@ -129,6 +139,25 @@ def test_tritonclient_infers_and_streams_over_tls(servers: dict[str, TlsRuntime]
             client.stop_stream()
     assert {k: v.tolist() for k, v in got.items()} == {str(i): (a * i + a).tolist() for i in range(3)}
     assert f"grpc 127.0.0.1:{proc.grpc_port} (TLS)" in proc.log_text()
+
+
+@pytest.mark.parametrize("frontend", ["tls", "grpcio-mutual"])
+def test_large_tensors_cross_tls_whole_in_both_directions(servers: dict[str, TlsRuntime], frontend: str) -> None:
+    """8 MiB each way, from four threads at once: the core's writes of TLS records larger than one (and than the
+    socket takes at once) end whole, whichever thread writes them."""
+    proc = servers[frontend]
+    sent = [np.random.default_rng(seed).random(2 * 1024 * 1024, dtype=np.float32) for seed in range(4)]
+
+    def echoed(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        with proc.grpc_client() as client:
+            answer: np.ndarray[Any, Any] = client.infer("echo", [tensor], client_timeout=120).as_numpy("y")
+            return answer
+
+    with ThreadPoolExecutor(4) as pool:
+        for x, y in zip(sent, pool.map(echoed, sent), strict=True):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_a_plaintext_client_and_bytes_that_are_not_tls_are_refused_and_the_port_keeps_serving(
