@@ -11,7 +11,10 @@ of the admission request:
   without a name runs as, needs nothing;
 - a Model create or spec change is checked for its own credentials and for those of the Models it shares
   an Ensemble with (its code then runs beside them); a Model update that leaves the spec alone is not;
-- an Ensemble create, or an update that adds a Model, is checked for the credentials of all its Models.
+- an Ensemble create, or an update that adds a Model, is checked for the credentials of all its Models;
+- the Secret named by an Ensemble's `spec.grpcTls.secretName` (its key is mounted in the pods, beside the
+  Models' code) needs `get` where the Ensemble names it anew or adds a Model, and for a Model create or spec
+  change in that Ensemble.
 
 An Ensemble may name a runtime image only from an allowlist of repositories, and pass in `extraArgs` only
 tunables from an allowlist of runtime flags: the operator sets the control mode, repository, addresses,
@@ -138,6 +141,22 @@ class Podmate:
     spec: ModelSpec
 
 
+@dataclass(frozen=True)
+class Host:
+    """An Ensemble whose pods serve the Model under admission."""
+
+    ensemble: str
+    spec: EnsembleSpec
+
+
+def ensemble_credentials(spec: EnsembleSpec, namespace: str) -> list[Credential]:
+    """What an Ensemble itself makes its runtime pods carry: the gRPC port's TLS Secret."""
+    if spec.grpc_tls is None:
+        return []
+    name = spec.grpc_tls.secret_name
+    return [Credential("spec.grpcTls.secretName", f"Secret '{name}'", Permission("get", "secrets", name, namespace))]
+
+
 def model_credentials(spec: ModelSpec, namespace: str) -> list[Credential]:
     s3 = spec.s3
     if s3 is None:
@@ -243,8 +262,10 @@ class AccessGate:
         spec: ModelSpec,
         old: ModelSpec | None,
         podmates: Callable[[], Sequence[Podmate]],
+        hosts: Callable[[], Sequence[Host]] = tuple,
     ) -> list[str]:
-        """Refusals for a Model create (`old` None) or update; `podmates` is asked only when needed."""
+        """Refusals for a Model create (`old` None) or update; `podmates` (the other Models in its pods) and
+        `hosts` (the Ensembles serving it) are asked only when needed."""
         if old is not None and old == spec:
             return []
         own = [(f"{c.field}: ", c) for c in model_credentials(spec, namespace)]
@@ -257,7 +278,12 @@ class AccessGate:
             for mate in podmates()
             for c in model_credentials(mate.spec, namespace)
         ]
-        return self._check(user, [*own, *shared])
+        hosted = [
+            (f"spec: this Model runs in the pods of Ensemble '{host.ensemble}', which carry {c.what} ({c.field}); ", c)
+            for host in hosts()
+            for c in ensemble_credentials(host.spec, namespace)
+        ]
+        return self._check(user, [*own, *shared, *hosted])
 
     def ensemble(
         self,
@@ -276,9 +302,12 @@ class AccessGate:
         if old_rt is None or rt.extra_args != old_rt.extra_args:
             refusals += self.policy.flag_refusals(rt.extra_args)
         used = [s.model_ref.name for s in spec.steps]
+        own = [(f"{c.field}: ", c) for c in ensemble_credentials(spec, namespace)]
         if old is not None and set(used) <= {s.model_ref.name for s in old.steps}:
-            return refusals  # no Model added: the pods carry and run nothing new
-        checks: list[tuple[str, Credential]] = []
+            # no Model added: the pods run nothing new, and carry nothing new unless the TLS Secret is another
+            renamed = [] if old.grpc_tls is None else ensemble_credentials(old, namespace)
+            return refusals + self._check(user, [o for o in own if o[1] not in renamed])
+        checks: list[tuple[str, Credential]] = own
         for i, step in enumerate(spec.steps):
             model = models.get(step.model_ref.name)
             for cred in model_credentials(model.spec, namespace) if model else []:

@@ -220,6 +220,7 @@ def _register_webhooks(registry: kopf.OperatorRegistry, reconciler: Reconciler, 
             raise kopf.AdmissionError(_pydantic_message(exc), code=422) from exc
         ns, user = namespace or "", UserInfo.from_admission(userinfo)
         old = _old_spec(ModelSpec, kwargs.get("old"))
-        errors = gate.model(user, ns, new, old, lambda: reconciler.podmates(ns, name or ""))
+        errors = gate.model(user, ns, new, old, lambda: reconciler.podmates(ns, name or ""),
+                            lambda: reconciler.hosts(ns, name or ""))
         if errors:
             raise kopf.AdmissionError("; ".join(errors), code=403)

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .access import Podmate
-from .api.v1alpha1 import API_VERSION, Ensemble, Model
+from pydantic import ValidationError
+
+from .access import Host, Podmate
+from .api.v1alpha1 import API_VERSION, Ensemble, EnsembleSpec, Model
 from .api.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
 from .api.v1alpha1.conditions import ConditionType
 from .kube import Conflict, KubeClient
@@ -267,6 +269,16 @@ class Reconciler:
             for other in model_names(e)
             if other != name and other in models
         ]
+
+    def hosts(self, namespace: str, name: str) -> list[Host]:
+        """The Ensembles whose pods serve Model `name` (one whose spec no longer parses carries nothing known)."""
+        found = []
+        for e in self.ensembles_using(namespace, name):
+            try:
+                found.append(Host(e["metadata"]["name"], EnsembleSpec.model_validate(e.get("spec") or {})))
+            except ValidationError:
+                continue
+        return found
 
     def admission_issues(
         self, namespace: str, spec: dict[str, Any], models: dict[str, Model] | None = None

@@ -26,6 +26,7 @@ UID = 1000
 CACHE_DIR = "/var/cache/ensemble"
 LOAD_JOURNAL = f"{CACHE_DIR}/load-journal"
 CONFIG_DIR = "/etc/ensemble"
+TLS_DIR = "/etc/ensemble-tls"  # the gRPC port's certificate, key and client roots (spec.grpcTls's Secret)
 PROBE_PERIOD_SECONDS = 10
 
 
@@ -76,10 +77,34 @@ def runtime_args(ensemble: Ensemble, restricted: bool = False, max_connection_ag
         args += ["--memory-policy", rt.memory_policy or "drain-then-swap"]
     if restricted:
         args += control_args()
+    args += _tls_args(ensemble)
     extra = list(rt.extra_args)
     if max_connection_age_seconds > 0 and not sets_flag(extra, MAX_CONNECTION_AGE_FLAG):
         args += [MAX_CONNECTION_AGE_FLAG, str(max_connection_age_seconds)]
     return args + extra
+
+
+def _tls_args(ensemble: Ensemble) -> list[str]:
+    """Triton's TLS flags for spec.grpcTls, its Secret's keys at TLS_DIR (none without it)."""
+    tls = ensemble.spec.grpc_tls
+    if tls is None:
+        return []
+    args = ["--grpc-server-cert", f"{TLS_DIR}/tls.crt", "--grpc-server-key", f"{TLS_DIR}/tls.key"]
+    if tls.mutual:
+        return ["--grpc-use-ssl-mutual", "true", *args, "--grpc-root-cert", f"{TLS_DIR}/ca.crt"]
+    return ["--grpc-use-ssl", "true", *args]
+
+
+def _tls_volume(ensemble: Ensemble) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the volume, its mount) of spec.grpcTls's Secret: only the keys the runtime reads, readable by the pod's
+    group (fsGroup) and no one else."""
+    tls = ensemble.spec.grpc_tls
+    if tls is None:
+        return [], []
+    keys = ["tls.crt", "tls.key", *(["ca.crt"] if tls.mutual else [])]
+    volume = {"name": "grpc-tls", "secret": {"secretName": tls.secret_name, "defaultMode": 0o440,
+                                             "items": [{"key": key, "path": key} for key in keys]}}
+    return [volume], [{"name": "grpc-tls", "mountPath": TLS_DIR, "readOnly": True}]
 
 
 def _resources(ensemble: Ensemble, defaults: RuntimeDefaults) -> dict[str, dict[str, str]]:
@@ -146,6 +171,7 @@ def _pod_scheduling(ensemble: Ensemble) -> dict[str, Any]:
 def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults: RuntimeDefaults) -> Manifest:
     spec, rt = ensemble.spec, ensemble.spec.runtime
     env, service_account = credentials(ensemble, models)
+    tls_volumes, tls_mounts = _tls_volume(ensemble)
     container: dict[str, Any] = {
         "name": "runtime",
         "image": rt.image or defaults.image,
@@ -188,6 +214,7 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
             {"name": "repository-config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "model-cache", "mountPath": CACHE_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            *tls_mounts,
         ],
     }
     cache: dict[str, Any] = {}
@@ -208,6 +235,7 @@ def render_deployment(ensemble: Ensemble, models: Mapping[str, Model], defaults:
             {"name": "repository-config", "configMap": {"name": config_map_name(ensemble)}},
             {"name": "model-cache", "emptyDir": cache},
             {"name": "tmp", "emptyDir": {}},
+            *tls_volumes,
         ],
         **_pod_scheduling(ensemble),
     }

@@ -171,6 +171,36 @@ def test_a_model_joining_an_ensemble_with_secrets_is_checked(audited_control_pla
     )
 
 
+def test_an_ensembles_tls_secret_is_checked_for_it_and_for_models_joining_it(
+        audited_control_plane: ControlPlane, ns: str) -> None:
+    """spec.grpcTls mounts a Secret's key in the pods: naming it takes `get` on it, and so does a Model whose code
+    would run beside it."""
+    cp = audited_control_plane
+    alices = cpu_ensemble("alices-tls", replicas=1)
+    alices["spec"]["grpcTls"] = {"secretName": "serving-cert", "mutual": True}
+    code, output = kubectl_apply(cp, ns, alices, *AS_ALICE, "--dry-run=server")
+    assert code != 0, output
+    assert ENSEMBLE_DENIED in output
+    assert ("spec.grpcTls.secretName: user 'alice' may not use Secret 'serving-cert': missing RBAC permission "
+            "'get' on secrets/serving-cert in namespace" in output)
+    admins = cpu_ensemble("admins-tls", replicas=1)
+    admins["spec"]["grpcTls"] = {"secretName": "serving-cert"}
+    apply(cp, ns, admins)
+    mine = copy.deepcopy(
+        next(m for m in example_models() if m["kind"] == "Model" and m["metadata"]["name"] == "postprocess")
+    )
+    mine["spec"].pop("s3")
+    mine["spec"]["source"] = "s3://alices-bucket/postprocess"
+    code, output = kubectl_apply(cp, ns, mine, *AS_ALICE)
+    assert code != 0, output
+    assert MODEL_DENIED in output
+    assert ("spec: this Model runs in the pods of Ensemble 'admins-tls', which carry Secret 'serving-cert' "
+            "(spec.grpcTls.secretName); user 'alice' may not use" in output)
+    _grant(cp, ns, "get", "secrets", "serving-cert")
+    _grant(cp, ns, "get", "secrets", EXAMPLE_SECRET)
+    _accepted_once_granted(cp, ns, alices)
+
+
 def test_an_image_outside_the_allowlist_is_refused(audited_control_plane: ControlPlane, ns: str) -> None:
     cp = audited_control_plane
     doc = cpu_ensemble("imaged", replicas=1, image="docker.io/attacker/runtime:1")

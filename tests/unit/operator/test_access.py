@@ -8,6 +8,7 @@ import pytest
 from ensemble_operator.access import (
     AccessGate,
     Decision,
+    Host,
     Permission,
     Podmate,
     UserInfo,
@@ -43,13 +44,17 @@ def _model(secret: str | None = None, account: str | None = None, source: str = 
     return ModelSpec.model_validate({"source": source, "s3": s3})
 
 
-def _ensemble(models: Sequence[str], image: str | None = None, args: Sequence[str] = ()) -> EnsembleSpec:
+def _ensemble(models: Sequence[str], image: str | None = None, args: Sequence[str] = (),
+              tls: str | None = None) -> EnsembleSpec:
     steps = [{"name": f"s{i}", "modelRef": {"name": m}} for i, m in enumerate(models)]
     runtime: dict[str, object] = {"extraArgs": list(args)}
     if image:
         runtime["image"] = image
     tensors = [{"name": "x", "dataType": "FP32"}]
-    return EnsembleSpec.model_validate({"inputs": tensors, "outputs": tensors, "steps": steps, "runtime": runtime})
+    spec: dict[str, object] = {"inputs": tensors, "outputs": tensors, "steps": steps, "runtime": runtime}
+    if tls:
+        spec["grpcTls"] = {"secretName": tls}
+    return EnsembleSpec.model_validate(spec)
 
 
 GET_CREDS = Permission("get", "secrets", "creds", NS)
@@ -196,6 +201,35 @@ def test_an_ensemble_update_checks_a_changed_image_and_changed_args() -> None:
     assert refusal.startswith("spec.runtime.image: image repository 'registry.invalid/runtime' is not in")
     (refusal,) = gate.ensemble(ALICE, NS, _ensemble(["c"], args=["--http-port=2"]), None, {})
     assert refusal.startswith("spec.runtime.extraArgs[0]: flag '--http-port'")
+
+
+GET_CERT = Permission("get", "secrets", "serving-cert", NS)
+
+
+def test_an_ensembles_tls_secret_needs_get_where_named_anew_or_where_a_model_joins_it() -> None:
+    table = Table()
+    gate = AccessGate(POLICY, table)
+    (refusal,) = gate.ensemble(ALICE, NS, _ensemble(["c"], tls="serving-cert"), None, {})
+    assert refusal == ("spec.grpcTls.secretName: user 'alice' may not use Secret 'serving-cert': missing RBAC "
+                       "permission 'get' on secrets/serving-cert in namespace 'ml'")
+    assert AccessGate(POLICY, Table(GET_CERT)).ensemble(ALICE, NS, _ensemble(["c"], tls="serving-cert"), None, {}) == []
+    table.asked.clear()
+    assert gate.ensemble(ALICE, NS, _ensemble(["c"], tls="serving-cert"), _ensemble(["c"], tls="serving-cert"), {}) == []
+    assert table.asked == []  # scaled, say: the same Secret, no Model added
+    assert gate.ensemble(ALICE, NS, _ensemble(["c"], tls="serving-cert"), _ensemble(["c"]), {})  # TLS turned on
+    assert gate.ensemble(ALICE, NS, _ensemble(["c"], tls="serving-cert"), _ensemble(["c"], tls="old-cert"), {})
+    assert gate.ensemble(ALICE, NS, _ensemble(["c", "d"], tls="serving-cert"), _ensemble(["c"], tls="serving-cert"), {})
+
+
+def test_a_model_is_checked_for_the_tls_secret_of_the_ensembles_serving_it() -> None:
+    hosts = [Host("pipe", _ensemble(["mine"], tls="serving-cert")), Host("plain", _ensemble(["mine"]))]
+    refusals = AccessGate(POLICY, Table()).model(ALICE, NS, _model(), None, list, lambda: hosts)
+    assert refusals == [
+        "spec: this Model runs in the pods of Ensemble 'pipe', which carry Secret 'serving-cert' "
+        "(spec.grpcTls.secretName); user 'alice' may not use Secret 'serving-cert': missing RBAC permission 'get' "
+        "on secrets/serving-cert in namespace 'ml'"
+    ]
+    assert AccessGate(POLICY, Table(GET_CERT)).model(ALICE, NS, _model(), None, list, lambda: hosts) == []
 
 
 def test_a_failed_review_refuses_and_says_why() -> None:

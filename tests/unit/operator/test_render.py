@@ -220,6 +220,34 @@ def test_rendered_restriction_parses_in_the_runtime(ensemble: Ensemble, models: 
         assert restrictions.get(Category.INFERENCE) is None and restrictions.get(Category.STATISTICS) is None
 
 
+@pytest.mark.parametrize("mutual", [False, True])
+def test_grpc_tls_mounts_its_secrets_keys_where_the_runtimes_flags_read_them(
+        ensemble: Ensemble, models: dict[str, Model], mutual: bool) -> None:
+    from ensemble_runtime.settings import RuntimeSettings, build_parser
+
+    wire = {**ensemble.spec.to_wire(), "grpcTls": {"secretName": "serving-cert", "mutual": mutual}}
+    tls = ensemble.model_copy(update={"spec": type(ensemble.spec).model_validate(wire)})
+    pod = _kinds(plan_ensemble(tls, models, DEFAULTS).apply)["Deployment/image-pipeline"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = [a.replace("$(ENSEMBLE_CONTROL_TOKEN)", "t").replace("$(ENSEMBLE_CPU_LIMIT)", "1") for a in container["args"]]
+    settings = RuntimeSettings(**vars(build_parser().parse_args(args)))  # the runtime's flags, files not read
+    assert (settings.grpc_use_ssl, settings.grpc_use_ssl_mutual) == (not mutual, mutual)
+    files = {"tls.crt": settings.grpc_server_cert, "tls.key": settings.grpc_server_key,
+             **({"ca.crt": settings.grpc_root_cert} if mutual else {})}
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "serving-cert"
+    assert volume["secret"]["defaultMode"] == 0o440  # the pod's group (fsGroup) reads them, no one else
+    assert [item["key"] for item in volume["secret"]["items"]] == list(files)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    for key, path in files.items():
+        item = next(i for i in volume["secret"]["items"] if i["key"] == key)
+        assert str(path) == f"{mount['mountPath']}/{item['path']}"
+    assert settings.grpc_root_cert is None or mutual
+    # the probes stay plaintext HTTP
+    assert all("httpGet" in container[p] for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+
+
 def test_network_policy_shape(ensemble: Ensemble, models: dict[str, Model]) -> None:
     policy = _kinds(plan_ensemble(ensemble, models, DEFAULTS).apply)["NetworkPolicy/image-pipeline-runtime"]
     spec = policy["spec"]
@@ -301,6 +329,7 @@ def test_model_changes_do_not_roll_pods(ensemble: Ensemble, models: dict[str, Mo
         {"resources": {"limits": {"nvidia.com/gpu": 2}}},
         {"scheduling": {"nodeSelector": {"pool": "a100"}}},
         {"runtime": {"pollIntervalSeconds": 60}},
+        {"grpcTls": {"secretName": "serving-cert"}},
     ],
 )
 def test_workload_changes_roll_pods(

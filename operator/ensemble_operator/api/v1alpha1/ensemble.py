@@ -116,6 +116,16 @@ class Autoscaling(KubeModel):
         return self
 
 
+class GrpcTls(KubeModel):
+    """TLS on the runtime pods' gRPC port (Triton's --grpc-use-ssl): the serving certificate and key from a Secret
+    in the Ensemble's namespace (`tls.crt`, `tls.key`: a kubernetes.io/tls Secret, or cert-manager's), and with
+    `mutual` its `ca.crt` too, whose certificates a client's must chain to (--grpc-use-ssl-mutual). HTTP and
+    the probes stay plaintext. The pods read the files at start: a renewed certificate reaches a pod restarted."""
+
+    secret_name: ResourceName
+    mutual: bool = False
+
+
 class EnsembleSpec(KubeModel):
     """A DAG of steps over Models served as one Triton ensemble by a set of runtime pods."""
 
@@ -135,6 +145,7 @@ class EnsembleSpec(KubeModel):
     scheduling: Scheduling = Field(default_factory=Scheduling, json_schema_extra={"default": {}})
     rollout: Rollout = Field(default_factory=Rollout, json_schema_extra={"default": {}})
     autoscaling: Autoscaling | None = None
+    grpc_tls: GrpcTls | None = None
 
     @model_validator(mode="after")
     def _unique_names(self) -> EnsembleSpec:
