@@ -27,6 +27,11 @@ class GrpcTls:
     def describe(self) -> str:
         return "mutual TLS" if self.mutual else "TLS"
 
+    @property
+    def flag(self) -> str:
+        """The flag that asked for it, for what is said about it."""
+        return "--grpc-use-ssl-mutual" if self.mutual else "--grpc-use-ssl"
+
 
 def tls_from_flags(use_ssl: bool, use_ssl_mutual: bool, server_cert: Path | None, server_key: Path | None,
                    root_cert: Path | None) -> GrpcTls | None:

@@ -55,13 +55,13 @@ from ensemble_runtime.tracing import Tracing
 from ensemble_runtime.version_loader import VersionLoader
 
 log = logging.getLogger(__name__)
-# Said at start when grpcio's server takes the gRPC port: it has none of the native core's answers to HTTP/2's
-# floods (README: "The native front ends").
 class StartError(Exception):
     """The runtime cannot start as its flags ask (a TLS file whose contents are not what they should be): the
     message says which and why; `ensemble-runtime` writes it and exits 1."""
 
 
+# Said at start when grpcio's server takes the gRPC port: it has none of the native core's answers to HTTP/2's
+# floods (README: "The native front ends").
 GRPCIO_UNHARDENED = ("--grpc-frontend=grpcio: grpcio's server is not hardened against HTTP/2 floods (a rapid reset "
                      "takes its CPU and fails other clients' calls); serve clients you do not trust with the "
                      "native front end (the default)")
@@ -185,7 +185,7 @@ class Server:
                                                      stream_limit=s.grpc_stream_max_in_flight,
                                                      connections=s.grpc_connections(), logs=self.logs, tls=tls)
             except ValueError as exc:  # the flags' values were checked: what remains is what the TLS files hold
-                raise StartError(f"--grpc-use-ssl: {exc}") from None
+                raise StartError(f"{tls.flag if tls else 'gRPC'}: {exc}") from None
             self._native_grpc.start(s.grpc_address, s.grpc_port)
         elif s.allow_grpc:
             log.warning(GRPCIO_UNHARDENED)
@@ -200,7 +200,7 @@ class Server:
                 try:
                     self._grpc.add_secure_port(address, server_credentials(tls))
                 except RuntimeError as exc:  # grpc core says no more than this
-                    raise StartError(f"--grpc-use-ssl: grpcio cannot serve {address} with the certificate files "
+                    raise StartError(f"{tls.flag}: grpcio cannot serve {address} with the certificate files "
                                      f"(or the address is taken): {exc}") from None
             await self._grpc.start()
         if s.allow_http:

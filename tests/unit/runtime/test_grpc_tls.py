@@ -26,10 +26,10 @@ def test_plaintext_unless_asked_whatever_files_are_named(files: dict[str, Path])
 def test_tls_reads_the_certificate_and_key_and_mutual_tls_the_roots_too(files: dict[str, Path]) -> None:
     tls = tls_from_flags(True, False, files["cert"], files["key"], files["root"])
     assert tls == GrpcTls(files["cert"].read_bytes(), files["key"].read_bytes(), None)
-    assert tls.describe() == "TLS"
+    assert (tls.describe(), tls.flag) == ("TLS", "--grpc-use-ssl")
     mutual = tls_from_flags(False, True, files["cert"], files["key"], files["root"])
     assert mutual == GrpcTls(files["cert"].read_bytes(), files["key"].read_bytes(), files["root"].read_bytes())
-    assert mutual.describe() == "mutual TLS"
+    assert (mutual.describe(), mutual.flag) == ("mutual TLS", "--grpc-use-ssl-mutual")
 
 
 @pytest.mark.parametrize(("use_ssl", "mutual", "left_out", "said"), [
