@@ -27,7 +27,7 @@ from tests.integration.runtime import repo
 from tests.support.runtime_process import REPO_ROOT, RuntimeProcess
 from tests.support.server_process import ClientTls
 
-HANDSHAKE_SECS = 3  # the TLS servers' --grpc-handshake-timeout-secs
+HANDSHAKE_SECS = 5  # the TLS servers' --grpc-handshake-timeout-secs
 
 
 @dataclass(frozen=True)
