@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import tritonclient.grpc as grpcclient
 
 from tests.integration.triton_examples.support import SERVERS, TRITON_MISSING
 from tests.support.server_process import ServerProcess
@@ -17,5 +16,5 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
         pytest.skip(f"the real Triton peer is not installed: {TRITON_MISSING}")
     chosen = servers[request.param]
     yield chosen
-    with grpcclient.InferenceServerClient(chosen.grpc_url) as client:
+    with chosen.grpc_client() as client:
         assert client.is_server_live(), f"{chosen.label} is no longer live"

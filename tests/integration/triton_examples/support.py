@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import tritonclient.grpc as grpcclient
 from ensemble_examples.triton_repository import build_triton_examples
 
 from bench.triton_peer import TritonPeer, not_installed_reason
 from tests.support.runtime_process import RuntimeProcess
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ClientTls, ServerProcess
 
 SERVERS = ("ours", "triton")
 TRITON_MISSING = not_installed_reason()
@@ -30,7 +29,7 @@ LOAD_DEADLINE_S = 180.0  # Python models start one stub process each on Triton: 
 def wait_loaded(server: ServerProcess, names: Sequence[str], timeout: float = LOAD_DEADLINE_S) -> None:
     """Until every model of `names` has finished loading (READY, or UNAVAILABLE with a reason)."""
     deadline = time.monotonic() + timeout
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+    with server.grpc_client() as client:
         while True:
             states = {m.name: m.state for m in client.get_model_repository_index().models}
             if all(states.get(name) in ("READY", "UNAVAILABLE") for name in names):
@@ -41,17 +40,21 @@ def wait_loaded(server: ServerProcess, names: Sequence[str], timeout: float = LO
 
 
 @contextlib.contextmanager
-def serve(root: Path, models: Sequence[str], args: Sequence[str] = (), *, wait: bool = True
-          ) -> Iterator[dict[str, ServerProcess]]:
+def serve(root: Path, models: Sequence[str], args: Sequence[str] = (), *, wait: bool = True,
+          client_tls: ClientTls | None = None) -> Iterator[dict[str, ServerProcess]]:
     """Ours (with --server-name=triton, as the health examples need) and, when installed, the real Triton,
-    both serving the example models `models` written under `root`."""
+    both serving the example models `models` written under `root`; `client_tls`: how the harness reaches them
+    where `args` serve gRPC over TLS."""
     build_triton_examples(root, models)
+
+    def started(server: ServerProcess) -> ServerProcess:
+        server.client_tls = client_tls
+        return stack.enter_context(server)
+
     with contextlib.ExitStack() as stack:
-        servers: dict[str, ServerProcess] = {
-            "ours": stack.enter_context(RuntimeProcess([root], [*args, "--server-name=triton"])),
-        }
+        servers: dict[str, ServerProcess] = {"ours": started(RuntimeProcess([root], [*args, "--server-name=triton"]))}
         if TRITON_MISSING is None:
-            servers["triton"] = stack.enter_context(TritonPeer([root], args))
+            servers["triton"] = started(TritonPeer([root], args))
         if wait:
             for server in servers.values():
                 wait_loaded(server, models)
