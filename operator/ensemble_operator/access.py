@@ -305,8 +305,8 @@ class AccessGate:
         own = [(f"{c.field}: ", c) for c in ensemble_credentials(spec, namespace)]
         if old is not None and set(used) <= {s.model_ref.name for s in old.steps}:
             # no Model added: the pods run nothing new, and carry nothing new unless the TLS Secret is another
-            renamed = [] if old.grpc_tls is None else ensemble_credentials(old, namespace)
-            return refusals + self._check(user, [o for o in own if o[1] not in renamed])
+            carried = ensemble_credentials(old, namespace)
+            return refusals + self._check(user, [(where, c) for where, c in own if c not in carried])
         checks: list[tuple[str, Credential]] = own
         for i, step in enumerate(spec.steps):
             model = models.get(step.model_ref.name)
