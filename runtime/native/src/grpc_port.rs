@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
@@ -28,16 +27,18 @@ use crate::placed::{Placed, PlacedInfo};
 use crate::running::Running;
 use crate::send_bound::SendBound;
 use crate::service::{Core, HealthService, InferenceService};
+use crate::tls::TlsSwitch;
 
 /// Serves both services on `listener` (already bound: a bad address fails in the caller) from `runtime`, its
-/// connections within `limits`, over TLS where `tls` is given (crate::tls): each driven by its own task
-/// (crate::driven), so that one that gives way or ages says so with a GOAWAY.
+/// connections within `limits`, over TLS where `tls` is given (crate::tls; each connection with the configuration
+/// current when it is accepted): each driven by its own task (crate::driven), so that one that gives way or ages
+/// says so with a GOAWAY.
 pub fn serve(
     runtime: &tokio::runtime::Runtime,
     core: Arc<Core>,
     listener: TcpListener,
     limits: ConnectionLimits,
-    tls: Option<Arc<ServerConfig>>,
+    tls: Option<Arc<TlsSwitch>>,
 ) -> std::io::Result<Running<()>> {
     let _entered = runtime.enter();
     listener.set_nonblocking(true)?;
@@ -52,7 +53,6 @@ pub fn serve(
         .keep_alive_interval(Some(limits.keepalive_time))
         .keep_alive_timeout(limits.keepalive_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams);
-    let acceptor = tls.map(TlsAcceptor::from);
     let done = runtime.spawn(accept(
         listener,
         places,
@@ -78,7 +78,8 @@ pub fn serve(
                 core: core.clone(),
                 info,
             };
-            let (builder, acceptor) = (builder.clone(), acceptor.clone());
+            let builder = builder.clone();
+            let acceptor = tls.as_ref().map(|tls| TlsAcceptor::from(tls.current()));
             async move {
                 let Some(acceptor) = acceptor else {
                     let io = Deadlined::new(io, limits.handshake);

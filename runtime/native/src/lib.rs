@@ -61,6 +61,7 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add("ON_LOOP", on_loop::AVAILABLE)?;
     module.add_class::<py_core::GrpcCore>()?;
     module.add_class::<py_core::Call>()?;
+    module.add_function(pyo3::wrap_pyfunction!(py_core::check_tls, module)?)?;
     module.add_class::<py_http::PyHttpCore>()?;
     module.add_class::<py_http::HttpCall>()?;
     module.add_class::<py_http_binary::BinaryInfer>()?;

@@ -10,7 +10,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rustls::ServerConfig;
 use tonic::{Code, Status};
 
 use crate::budget::CallLimits;
@@ -24,16 +23,33 @@ use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answer
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
 use crate::restrict::{Restrictions, Rule};
 use crate::service::{Core, Reply, Work, MODEL_INFER};
-use crate::tls::{server_config, TlsFiles};
+use crate::tls::{server_config, TlsFiles, TlsSwitch};
 
 /// A TLS port's (certificate chain, private key, client roots for mutual TLS), in PEM.
 type TlsPem = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+
+fn tls_files(pem: &TlsPem) -> TlsFiles<'_> {
+    TlsFiles {
+        certificate_chain: &pem.0,
+        private_key: &pem.1,
+        client_roots: pem.2.as_deref(),
+    }
+}
+
+/// What is wrong with TLS files, (certificate chain, private key, client roots or None) in PEM, as the core would
+/// serve them (ValueError naming it; None: nothing): the same rules for a front end that checks no files itself.
+#[pyfunction]
+pub fn check_tls(py: Python<'_>, tls: TlsPem) -> PyResult<()> {
+    py.allow_threads(|| server_config(&tls_files(&tls)))
+        .map(|_| ())
+        .map_err(PyValueError::new_err)
+}
 
 #[pyclass(module = "ensemble_runtime.protocol._native", frozen)]
 pub struct GrpcCore {
     core: Arc<Core>,
     limits: ConnectionLimits,
-    tls: Option<Arc<ServerConfig>>,
+    tls: Option<Arc<TlsSwitch>>,
     serving: Serving<()>,
     numpy: GILOnceCell<Arc<Arrays>>, // what a request's arrays are built with, from its first request
 }
@@ -94,13 +110,7 @@ impl GrpcCore {
             open_streams: max_open_streams,
         };
         let tls = tls
-            .map(|(chain, key, roots)| {
-                server_config(&TlsFiles {
-                    certificate_chain: &chain,
-                    private_key: &key,
-                    client_roots: roots.as_deref(),
-                })
-            })
+            .map(|pem| TlsSwitch::new(&tls_files(&pem)).map(Arc::new))
             .transpose()
             .map_err(PyValueError::new_err)?;
         let core = Core::new(Restrictions::new(rules), max_message_bytes, calls)?;
@@ -111,6 +121,19 @@ impl GrpcCore {
             serving: Serving::new("grpc-core", "gRPC core", threads),
             numpy: GILOnceCell::new(),
         })
+    }
+
+    /// Serves the TLS connections accepted from now on with renewed files, (certificate chain, private key, client
+    /// roots or None) in PEM as at `new`; those open keep theirs. ValueError naming what is wrong with them (the
+    /// current files stay), RuntimeError for a plaintext port.
+    fn renew_tls(&self, py: Python<'_>, tls: TlsPem) -> PyResult<()> {
+        let Some(switch) = &self.tls else {
+            return Err(PyRuntimeError::new_err(
+                "the gRPC port serves plaintext: no TLS to renew",
+            ));
+        };
+        py.allow_threads(|| switch.renew(&tls_files(&tls)))
+            .map_err(PyValueError::new_err)
     }
 
     /// For the benchmark's floor (`bench/pa/floor.py --in-core`) only: from now on the core answers each

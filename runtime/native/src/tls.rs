@@ -1,9 +1,10 @@
 //! TLS on the gRPC port, as Triton's `--grpc-use-ssl` and `--grpc-use-ssl-mutual` give it: the server's certificate
 //! chain and key, and for mutual TLS the roots a client's certificate must chain to (a client without one, or with
 //! one they did not sign, fails the handshake). HTTP/2 is chosen by ALPN, which gRPC clients require of a TLS server.
-//! Built once from PEM bytes at start, so a file that is not what it should be fails the start, with its name.
+//! Built from PEM bytes at start, so a file that is not what it should be fails the start, with its name; a
+//! [`TlsSwitch`] then takes renewed files, for the connections that come after (those open keep theirs).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use rustls::crypto::ring;
 use rustls::server::WebPkiClientVerifier;
@@ -55,6 +56,50 @@ pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<ServerConfig>, String> 
     Ok(Arc::new(config))
 }
 
+/// A TLS port's configuration, replaced whole when its files are renewed: each connection takes the one current
+/// when it is accepted. Mutual TLS or not is fixed for the port's life, so a renewal cannot turn it off.
+pub struct TlsSwitch {
+    current: RwLock<Arc<ServerConfig>>,
+    mutual: bool,
+}
+
+impl TlsSwitch {
+    /// The switch serving with `files` until they are renewed (see [`server_config`] for the errors).
+    pub fn new(files: &TlsFiles<'_>) -> Result<Self, String> {
+        Ok(Self {
+            current: RwLock::new(server_config(files)?),
+            mutual: files.client_roots.is_some(),
+        })
+    }
+
+    /// The configuration a connection accepted now handshakes with.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        // a panic holding the lock can only be in `renew`'s assignment: what it guards is whole either way
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Serves the connections accepted from now on with `files`; what is wrong with them leaves the current
+    /// configuration in place.
+    pub fn renew(&self, files: &TlsFiles<'_>) -> Result<(), String> {
+        if files.client_roots.is_some() != self.mutual {
+            return Err(if self.mutual {
+                "mutual TLS needs the root certificate".to_string()
+            } else {
+                "a port without mutual TLS takes no root certificate".to_string()
+            });
+        }
+        let config = server_config(files)?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        Ok(())
+    }
+}
+
 /// Every certificate in `pem`; an error naming `what` if there is none or one is not PEM.
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let found = CertificateDer::pem_slice_iter(pem)
@@ -95,6 +140,26 @@ mod tests {
     #[test]
     fn mutual_tls_takes_the_roots_clients_chain_to() {
         assert!(server_config(&files(CERT, KEY, Some(CERT))).is_ok());
+    }
+
+    #[test]
+    fn a_renewal_replaces_the_configuration_and_a_bad_one_keeps_it() {
+        let switch = TlsSwitch::new(&files(CERT, KEY, Some(CERT))).unwrap();
+        let first = switch.current();
+        switch.renew(&files(CERT, KEY, Some(CERT))).unwrap();
+        let renewed = switch.current();
+        assert!(!Arc::ptr_eq(&first, &renewed));
+        for bad in [files(CERT, OTHER_KEY, Some(CERT)), files(CERT, KEY, None)] {
+            assert!(switch.renew(&bad).is_err());
+            assert!(Arc::ptr_eq(&switch.current(), &renewed));
+        }
+    }
+
+    #[test]
+    fn a_port_without_mutual_tls_takes_no_roots_at_renewal() {
+        let switch = TlsSwitch::new(&files(CERT, KEY, None)).unwrap();
+        let error = switch.renew(&files(CERT, KEY, Some(CERT))).unwrap_err();
+        assert!(error.contains("takes no root certificate"), "{error}");
     }
 
     #[test]
