@@ -1,7 +1,7 @@
 """TLS on the gRPC port, from Triton's flags: `--grpc-use-ssl`, `--grpc-use-ssl-mutual` (which implies it),
 `--grpc-server-cert`, `--grpc-server-key` and, for mutual TLS, `--grpc-root-cert` (the certificates a client's
-must chain to). The files are read once, at start; what is in them is checked by the front end that serves with
-them (the native core names the file that is wrong)."""
+must chain to). The files are read at start, and again while serving (ensemble_runtime.tls_watch) to take
+renewed ones; what is in them is checked by the native core's rules, which name the file that is wrong."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ class GrpcTls:
 
     def describe(self) -> str:
         return "mutual TLS" if self.mutual else "TLS"
+
+    @property
+    def pem(self) -> tuple[bytes, bytes, bytes | None]:
+        """(certificate chain, private key, client roots), as the native core takes them."""
+        return self.certificate_chain, self.private_key, self.client_roots
 
     @property
     def flag(self) -> str:

@@ -9,7 +9,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from ensemble_runtime.dataplane import BLS_ENDPOINT, DataPlane
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.gpu.gauges import GpuGauges, make_gpu_gauges
 from ensemble_runtime.gpu.memory import make_device_free
+from ensemble_runtime.grpc_tls import GrpcTls
 from ensemble_runtime.host_metrics import HostSampler
 from ensemble_runtime.inference import InferRequest, InferResponse
 from ensemble_runtime.load_journal import JOURNAL_FILENAME, LoadJournal
@@ -34,7 +35,7 @@ from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.memory import MemoryBudget, MemoryPolicy
 from ensemble_runtime.metrics import SERVER_METRIC_NAMES, build_metrics_registry
 from ensemble_runtime.model_manager import ModelManager
-from ensemble_runtime.protocol.grpc_server import Health, build_grpc_server, server_credentials
+from ensemble_runtime.protocol.grpc_server import GrpcioTls, Health, build_grpc_server
 from ensemble_runtime.protocol.http_server import build_http_app, start_http
 from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
@@ -50,6 +51,7 @@ from ensemble_runtime.response_caching import Caching
 from ensemble_runtime.responses import StreamResponse
 from ensemble_runtime.settings import ControlMode, GrpcFrontend, HttpFrontend, RuntimeSettings
 from ensemble_runtime.storage import Source, Storage
+from ensemble_runtime.tls_watch import TlsWatch
 from ensemble_runtime.traces import TraceControl
 from ensemble_runtime.tracing import Tracing
 from ensemble_runtime.version_loader import VersionLoader
@@ -177,6 +179,7 @@ class Server:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
         tls = s.grpc_tls() if s.allow_grpc else None
+        renew: Callable[[GrpcTls], None] | None = None  # how the gRPC port takes renewed TLS files
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
             try:
                 self._native_grpc = NativeGrpcServer(self.dataplane, self.planes.repository, self.health,
@@ -187,6 +190,7 @@ class Server:
             except ValueError as exc:  # the flags' values were checked: what remains is what the TLS files hold
                 raise StartError(f"{tls.flag if tls else 'gRPC'}: {exc}") from None
             self._native_grpc.start(s.grpc_address, s.grpc_port)
+            renew = self._native_grpc.renew_tls
         elif s.allow_grpc:
             log.warning(GRPCIO_UNHARDENED)
             self._grpc = build_grpc_server(self.dataplane, self.planes.repository, self.health,
@@ -198,10 +202,15 @@ class Server:
                 self._grpc.add_insecure_port(address)
             else:
                 try:
-                    self._grpc.add_secure_port(address, server_credentials(tls))
-                except RuntimeError as exc:  # grpc core says no more than this
-                    raise StartError(f"{tls.flag}: grpcio cannot serve {address} with the certificate files "
-                                     f"(or the address is taken): {exc}") from None
+                    credentials = GrpcioTls(tls)
+                except ValueError as exc:
+                    raise StartError(f"{tls.flag}: {exc}") from None
+                renew = credentials.renew
+                try:
+                    self._grpc.add_secure_port(address, credentials.credentials)
+                except RuntimeError as exc:  # the files were checked: grpc core says no more than this
+                    raise StartError(f"{tls.flag}: grpcio cannot serve {address} (is the address taken?): "
+                                     f"{exc}") from None
             await self._grpc.start()
         if s.allow_http:
             app = build_http_app(
@@ -240,6 +249,8 @@ class Server:
         await self.health.update(False)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._health_loop()))
+        if tls is not None and renew is not None and s.grpc_tls_reload_secs > 0:
+            self._tasks.append(loop.create_task(TlsWatch(tls, s.grpc_tls, renew, s.grpc_tls_reload_secs).run()))
         await self._initial_load()
         self.dataplane.started = True
         log.info("initial load done; server ready: %s", self.dataplane.ready())

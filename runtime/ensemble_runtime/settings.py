@@ -97,6 +97,7 @@ class RuntimeSettings(BaseModel):
     grpc_server_cert: Path | None = None
     grpc_server_key: Path | None = None
     grpc_root_cert: Path | None = None
+    grpc_tls_reload_secs: float = Field(default=30.0, ge=0)  # 0: the files read at start only (as Triton)
     http_frontend: HttpFrontend = HttpFrontend.NATIVE
     http_native_threads: int | None = Field(default=None, ge=0)
     http_max_body_bytes: int = 256 * 1024 * 1024
@@ -243,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-server-key", type=Path, metavar="PEM", help="the server's private key (with --grpc-use-ssl)")
     p.add_argument("--grpc-root-cert", type=Path, metavar="PEM",
                    help="the certificates a client's must chain to (with --grpc-use-ssl-mutual)")
+    p.add_argument("--grpc-tls-reload-secs", type=_non_negative_float, metavar="SECS",
+                   help="read the TLS files again this often and serve the connections accepted after with those "
+                        "renewed (a Secret's renewal reaches a pod without a restart); 0: read at start only, as "
+                        "Triton; default 30")
     p.add_argument("--grpc-handshake-timeout-secs", type=_positive(float),
                    help="a gRPC connection that has not opened HTTP/2 (the preface and its SETTINGS) this long after "
                         "it was accepted is closed (grpc core's server handshake timeout; Triton's: 120)")
@@ -378,6 +383,16 @@ def _non_negative(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got '{text[:32]}'")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got '{text[:32]}'")
     return value
 
 

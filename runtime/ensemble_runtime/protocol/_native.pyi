@@ -178,6 +178,7 @@ class GrpcCore:
                  max_open_streams: int, send_timeout: float, max_connection_age: float,
                  max_connection_age_grace: float,
                  tls: tuple[bytes, bytes, bytes | None] | None = None) -> None: ...  # (chain, key, client roots) PEM
+    def renew_tls(self, tls: tuple[bytes, bytes, bytes | None]) -> None: ...  # connections from now on (ValueError)
     def fileno(self) -> int: ...
     def start(self, address: str, port: int) -> int: ...
     def take(self) -> list[Call | StreamCall | StreamFrame | StreamWritable]: ...
@@ -215,6 +216,9 @@ class BinaryInfer:
     @property
     def declared(self) -> dict[str, str] | None:
         """With `arrays`: name -> datatype per input."""
+
+def check_tls(tls: tuple[bytes, bytes, bytes | None]) -> None:
+    """ValueError naming what is wrong with (chain, key, client roots) PEM, by the rules GrpcCore serves them by."""
 
 def binary_infer(header_length: str | None, body: bytes) -> BinaryInfer | None:
     """What the core reads from an infer body (as `HttpCall.binary`), or None where it leaves it to Python."""

@@ -20,6 +20,7 @@ from ensemble_runtime.grpc_tls import GrpcTls
 from ensemble_runtime.log_settings import LogControl
 from ensemble_runtime.protocol import grpc_codec
 from ensemble_runtime.protocol import shared_memory_api as shm_api
+from ensemble_runtime.protocol._native import check_tls
 from ensemble_runtime.protocol.decode_guard import add_guarded
 from ensemble_runtime.protocol.grpc_stream import DEFAULT_LIMIT as DEFAULT_STREAM_LIMIT
 from ensemble_runtime.protocol.grpc_stream import ProtobufCodec, StreamSession
@@ -277,8 +278,36 @@ def _max_age(secs: int, grace_secs: int) -> list[tuple[str, int]]:
             ("grpc.max_connection_age_grace_ms", grace_secs * 1000 if grace_secs else 2**31 - 1)]
 
 
-def server_credentials(tls: GrpcTls) -> grpc.ServerCredentials:
+class GrpcioTls:
     """grpcio's credentials for `tls`: its certificate and key, and a client certificate the roots signed required
-    for mutual TLS."""
-    return grpc.ssl_server_credentials([(tls.private_key, tls.certificate_chain)], root_certificates=tls.client_roots,
-                                       require_client_auth=tls.mutual)
+    for mutual TLS; `renew` hands grpc core renewed files, which it takes at its next handshake. The files are
+    checked by the native core's rules (grpc core would only fail the handshakes): ValueError naming what is
+    wrong."""
+
+    def __init__(self, tls: GrpcTls) -> None:
+        check(tls)
+        self._mutual = tls.mutual
+        self._next: grpc.ServerCertificateConfiguration | None = None
+        self.credentials = grpc.dynamic_ssl_server_credentials(_configuration(tls), self._fetch,
+                                                               require_client_authentication=tls.mutual)
+
+    def renew(self, tls: GrpcTls) -> None:
+        if tls.mutual != self._mutual:
+            raise ValueError("mutual TLS cannot be turned on or off by renewed files")
+        check(tls)
+        self._next = _configuration(tls)
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """grpc core asks at each handshake (on its own thread): the renewed files once, else None (no change)."""
+        renewed, self._next = self._next, None
+        return renewed
+
+
+def check(tls: GrpcTls) -> None:
+    """ValueError naming what is wrong with `tls`'s files, by the rules the native core serves them by."""
+    check_tls(tls.pem)
+
+
+def _configuration(tls: GrpcTls) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration([(tls.private_key, tls.certificate_chain)],
+                                                     root_certificates=tls.client_roots)

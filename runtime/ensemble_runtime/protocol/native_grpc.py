@@ -49,7 +49,7 @@ def new_core(max_message_bytes: int, restricted: list[tuple[str, str, str, str]]
              connections: GrpcConnections, tls: GrpcTls | None = None) -> GrpcCore:
     """The core, its connections treated as `connections` says, over TLS with `tls` (ValueError: what is wrong
     with its files)."""
-    files = None if tls is None else (tls.certificate_chain, tls.private_key, tls.client_roots)
+    files = None if tls is None else tls.pem
     return GrpcCore(max_message_bytes, restricted, threads,
                     handshake_timeout=connections.handshake_secs,
                     keepalive_time=connections.keepalive_time_ms / 1000,
@@ -82,6 +82,10 @@ class NativeGrpcServer:
         self._stopping = asyncio.Event()  # ends health Watch streams at stop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._driver: LoopDriver | None = None  # threads 0: the loop's thread drives the core
+
+    def renew_tls(self, tls: GrpcTls) -> None:
+        """Serves the connections accepted from now on with renewed files (ValueError: what is wrong with them)."""
+        self._core.renew_tls(tls.pem)
 
     def start(self, address: str, port: int) -> int:
         """Serve on `address:port` (0: any free port); returns the port."""

@@ -1,0 +1,103 @@
+"""TlsWatch's decisions, through its two seams (how the files are read, how the port takes them): changed files
+handed on once, unchanged ones not, refused or unreadable ones logged once and the served ones kept, and a problem
+said again when it comes back after going away. The real files and front ends: tests/integration/runtime/
+test_grpc_tls_renewal.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from ensemble_runtime.grpc_tls import GrpcTls
+from ensemble_runtime.tls_watch import TlsWatch
+
+FIRST = GrpcTls(b"cert-1", b"key-1", b"roots-1")
+RENEWED = GrpcTls(b"cert-2", b"key-2", b"roots-2")
+HALF = GrpcTls(b"cert-2", b"key-1", b"roots-2")  # a certificate beside another's key
+
+
+class Files:
+    """What the watch reads next (a GrpcTls, or why it cannot be read), and what the port was handed."""
+
+    def __init__(self) -> None:
+        self.now: GrpcTls | str = FIRST
+        self.handed: list[GrpcTls] = []
+
+    def read(self) -> GrpcTls:
+        if isinstance(self.now, str):
+            raise ValueError(self.now)
+        return self.now
+
+    def renew(self, tls: GrpcTls) -> None:
+        self.handed.append(tls)
+        if tls.certificate_chain[-1:] != tls.private_key[-1:]:
+            raise ValueError("the server certificate and key: they do not match")
+
+
+def _checks(watch: TlsWatch, times: int) -> list[bool]:
+    async def run() -> list[bool]:
+        return [await watch.check() for _ in range(times)]
+
+    return asyncio.run(run())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_changed_files_are_handed_on_once_and_unchanged_ones_never() -> None:
+    files = Files()
+    watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=1.0)
+    assert _checks(watch, 2) == [False, False]
+    files.now = RENEWED
+    assert _checks(watch, 3) == [True, False, False]
+    assert files.handed == [RENEWED]
+    assert watch.serving == RENEWED
+
+
+def test_refused_files_keep_those_served_are_logged_once_and_not_handed_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    files = Files()
+    watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=1.0)
+    files.now = HALF
+    assert _checks(watch, 4) == [False] * 4
+    assert files.handed == [HALF]
+    assert watch.serving == FIRST
+    (warning,) = _warnings(caplog)
+    assert "refused (the server certificate and key: they do not match)" in warning
+    files.now = RENEWED
+    assert _checks(watch, 1) == [True]
+    assert watch.serving == RENEWED
+
+
+def test_unreadable_files_are_logged_once_and_again_if_they_come_back(caplog: pytest.LogCaptureFixture) -> None:
+    files = Files()
+    watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=1.0)
+    files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
+    assert _checks(watch, 3) == [False] * 3
+    assert len(_warnings(caplog)) == 1
+    files.now = FIRST  # back as they were: nothing to hand on, and the problem gone
+    assert _checks(watch, 1) == [False]
+    files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
+    assert _checks(watch, 2) == [False] * 2
+    assert len(_warnings(caplog)) == 2
+    assert "cannot read the renewed files (--grpc-server-cert" in _warnings(caplog)[0]
+    assert files.handed == []
+
+
+def test_the_watch_runs_until_cancelled_checking_every_interval() -> None:
+    files = Files()
+    watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=0.01)
+    files.now = RENEWED
+
+    async def run() -> None:
+        task = asyncio.create_task(watch.run())
+        while watch.serving != RENEWED:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(run(), timeout=30))
+    assert files.handed == [RENEWED]
