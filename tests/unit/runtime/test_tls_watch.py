@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 
 import pytest
 from ensemble_runtime.grpc_tls import GrpcTls
@@ -42,8 +43,29 @@ def _checks(watch: TlsWatch, times: int) -> list[bool]:
     return asyncio.run(run())
 
 
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+class Records(logging.Handler):
+    """The watch's own log records, caught on its logger (whatever an earlier test did to the root's handlers)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def warnings(self) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == logging.WARNING]
+
+
+@pytest.fixture
+def logged() -> Iterator[Records]:
+    logger = logging.getLogger("ensemble_runtime.tls_watch")
+    records, level = Records(), logger.level
+    logger.addHandler(records)
+    logger.setLevel(logging.INFO)
+    yield records
+    logger.removeHandler(records)
+    logger.setLevel(level)
 
 
 def test_changed_files_are_handed_on_once_and_unchanged_ones_never() -> None:
@@ -57,32 +79,32 @@ def test_changed_files_are_handed_on_once_and_unchanged_ones_never() -> None:
 
 
 def test_refused_files_keep_those_served_are_logged_once_and_not_handed_again(
-        caplog: pytest.LogCaptureFixture) -> None:
+        logged: Records) -> None:
     files = Files()
     watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=1.0)
     files.now = HALF
     assert _checks(watch, 4) == [False] * 4
     assert files.handed == [HALF]
     assert watch.serving == FIRST
-    (warning,) = _warnings(caplog)
+    (warning,) = logged.warnings()
     assert "refused (the server certificate and key: they do not match)" in warning
     files.now = RENEWED
     assert _checks(watch, 1) == [True]
     assert watch.serving == RENEWED
 
 
-def test_unreadable_files_are_logged_once_and_again_if_they_come_back(caplog: pytest.LogCaptureFixture) -> None:
+def test_unreadable_files_are_logged_once_and_again_if_they_come_back(logged: Records) -> None:
     files = Files()
     watch = TlsWatch(FIRST, files.read, files.renew, interval_secs=1.0)
     files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
     assert _checks(watch, 3) == [False] * 3
-    assert len(_warnings(caplog)) == 1
+    assert len(logged.warnings()) == 1
     files.now = FIRST  # back as they were: nothing to hand on, and the problem gone
     assert _checks(watch, 1) == [False]
     files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
     assert _checks(watch, 2) == [False] * 2
-    assert len(_warnings(caplog)) == 2
-    assert "cannot read the renewed files (--grpc-server-cert" in _warnings(caplog)[0]
+    assert len(logged.warnings()) == 2
+    assert "cannot read the renewed files (--grpc-server-cert" in logged.warnings()[0]
     assert files.handed == []
 
 
