@@ -47,6 +47,12 @@ def own_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     handler = logging.StreamHandler(out)
     logger.addHandler(handler)
     yield logger, out
+    # pytest's capture handlers sit on this logger too (it does not propagate), shared with the root's for the
+    # whole run: the gates LogControl put on them would go on dropping what the settings left off (log_warning
+    # off: every later test's caplog without warnings)
+    for each in logger.handlers:
+        for gate in [f for f in each.filters if type(f).__module__ == LogControl.__module__]:
+            each.removeFilter(gate)
     logger.removeHandler(handler)
     logger.setLevel(logging.NOTSET)
 
