@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -288,6 +289,7 @@ class GrpcioTls:
         check(tls)
         self._mutual = tls.mutual
         self._next: grpc.ServerCertificateConfiguration | None = None
+        self._handing = threading.Lock()  # `renew` on the event loop's thread, `_fetch` on grpc core's
         self.credentials = grpc.dynamic_ssl_server_credentials(_configuration(tls), self._fetch,
                                                                require_client_authentication=tls.mutual)
 
@@ -295,11 +297,13 @@ class GrpcioTls:
         if tls.mutual != self._mutual:
             raise ValueError("mutual TLS cannot be turned on or off by renewed files")
         check(tls)
-        self._next = _configuration(tls)
+        with self._handing:
+            self._next = _configuration(tls)
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
         """grpc core asks at each handshake (on its own thread): the renewed files once, else None (no change)."""
-        renewed, self._next = self._next, None
+        with self._handing:
+            renewed, self._next = self._next, None
         return renewed
 
 
