@@ -21,6 +21,7 @@ from ensemble_runtime.registry import Registry
 from ensemble_runtime.response_cache import ResponseCache
 from ensemble_runtime.stats import FAILURE_REASONS, Duration, ModelStats
 from ensemble_runtime.storage import Storage
+from ensemble_runtime.tls_watch import Renewals
 
 _LABELS = ["model", "version"]
 
@@ -79,8 +80,9 @@ class RuntimeCollector(Collector):
     def __init__(self, registry: Registry, storage: Storage | None = None,
                  settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
                  host: HostSampler | None = None, gpus: GpuGauges | None = None,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseCache | None = None, tls: Renewals | None = None) -> None:
         self._registry = registry
+        self._tls = tls
         self._cache = cache
         self._storage = storage
         self._settle = settle  # counts what was answered and not yet counted (DataPlane.settle_answered)
@@ -132,6 +134,8 @@ class RuntimeCollector(Collector):
             yield from _gpu_metrics(self._gpus.read())
         if self._storage is not None:
             yield from self._storage_metrics(self._storage)
+        if self._tls is not None:
+            yield from _tls_metrics(self._tls)
         if self._custom is not None:
             yield from (_custom_family(values) for values in self._custom.collect())
 
@@ -147,6 +151,17 @@ class RuntimeCollector(Collector):
             errors.add_metric([status.label], len(status.errors))
             last.add_metric([status.label], status.last_success)
         yield from (reachable, failures, errors, last)
+
+
+def _tls_metrics(renewals: Renewals) -> Iterator[Metric]:
+    counted = _counter("ensemble_grpc_tls_renewals", "Renewed TLS files of the gRPC port, taken or refused",
+                       ["result"])
+    counted.add_metric(["taken"], renewals.taken)
+    counted.add_metric(["refused"], renewals.refused)
+    refusing = _gauge("ensemble_grpc_tls_renewal_refused",
+                      "1 while the TLS files there now are refused and the gRPC port serves older ones", ())
+    refusing.add_metric((), 1.0 if renewals.refusing else 0.0)
+    yield from (counted, refusing)
 
 
 _GPU_GAUGES = (
@@ -197,7 +212,7 @@ SERVER_METRIC_NAMES = frozenset({
     *(n for n, _, _ in _PER_CACHED_VERSION), *(n for n, _, _ in _CACHE_GAUGES),
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
-    "ensemble_repository_last_sync_timestamp_seconds",
+    "ensemble_repository_last_sync_timestamp_seconds", "ensemble_grpc_tls_renewals", "ensemble_grpc_tls_renewal_refused",
 })
 
 
@@ -241,7 +256,7 @@ def _custom_family(values: FamilyValues) -> Metric:
 def build_metrics_registry(registry: Registry, storage: Storage | None = None,
                            settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
                            host: HostSampler | None = None, gpus: GpuGauges | None = None,
-                           cache: ResponseCache | None = None) -> CollectorRegistry:
+                           cache: ResponseCache | None = None, tls: Renewals | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus, cache))
+    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus, cache, tls))
     return metrics

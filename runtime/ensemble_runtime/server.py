@@ -212,6 +212,9 @@ class Server:
                     raise StartError(f"{tls.flag}: grpcio cannot serve {address} (is the address taken?): "
                                      f"{exc}") from None
             await self._grpc.start()
+        watch = None  # takes renewed TLS files
+        if tls is not None and renew is not None and s.grpc_tls_reload_secs > 0:
+            watch = TlsWatch(tls, s.grpc_tls, renew, s.grpc_tls_reload_secs)
         if s.allow_http:
             app = build_http_app(
                 self.dataplane, self.planes.repository, s.http_max_body_bytes, s.http_max_json_bytes,
@@ -232,7 +235,8 @@ class Server:
             metrics = build_metrics_registry(self.dataplane.registry, self.planes.repository.storage,
                                              self.dataplane.settle_answered, self.planes.custom_metrics,
                                              HostSampler() if s.allow_cpu_metrics else None, self._gpu_gauges,
-                                             self.dataplane.caching.cache if self.dataplane.caching else None)
+                                             self.dataplane.caching.cache if self.dataplane.caching else None,
+                                             watch.renewals if watch else None)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
@@ -249,8 +253,8 @@ class Server:
         await self.health.update(False)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._health_loop()))
-        if tls is not None and renew is not None and s.grpc_tls_reload_secs > 0:
-            self._tasks.append(loop.create_task(TlsWatch(tls, s.grpc_tls, renew, s.grpc_tls_reload_secs).run()))
+        if watch is not None:
+            self._tasks.append(loop.create_task(watch.run()))
         await self._initial_load()
         self.dataplane.started = True
         log.info("initial load done; server ready: %s", self.dataplane.ready())

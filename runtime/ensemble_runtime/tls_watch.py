@@ -3,17 +3,29 @@
 accepted from then on with them (those open keep theirs). A Kubernetes Secret's renewal (cert-manager's) reaches a
 pod's files without a restart, swapped whole by the kubelet; files written one by one may be read half-renewed (a
 new certificate beside the old key): the front end refuses those, the port keeps what it serves, and the next
-read takes them once they match. Each problem is logged once, not at every read."""
+read takes them once they match. Each problem is logged once, not at every read, and counted for the metrics
+port (`Renewals`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ensemble_runtime.grpc_tls import GrpcTls
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Renewals:
+    """What became of renewed files: how many were taken, how many refused (each distinct problem once), and
+    whether the files there now are refused, so that the port serves older ones."""
+
+    taken: int = 0
+    refused: int = 0
+    refusing: bool = False
 
 
 class TlsWatch:
@@ -27,6 +39,7 @@ class TlsWatch:
         self._renew = renew
         self._interval = interval_secs
         self._refused: GrpcTls | str | None = None  # what was last refused (files, or why they could not be read)
+        self.renewals = Renewals()
 
     @property
     def serving(self) -> GrpcTls:
@@ -47,6 +60,7 @@ class TlsWatch:
             return False
         if fresh == self._serving:
             self._refused = None  # what went wrong went away: say it again if it comes back
+            self.renewals.refusing = False
             return False
         if fresh is None or fresh == self._refused:
             return False
@@ -57,6 +71,8 @@ class TlsWatch:
                                 "with those read before until they change again")
             return False
         self._serving, self._refused = fresh, None
+        self.renewals.taken += 1
+        self.renewals.refusing = False
         log.info("gRPC %s: renewed certificate files taken; connections accepted from now on use them",
                  fresh.describe())
         return True
@@ -64,4 +80,6 @@ class TlsWatch:
     def _refuse(self, what: GrpcTls | str, message: str) -> None:
         if what != self._refused:
             log.warning("%s", message)
+            self.renewals.refused += 1
         self._refused = what
+        self.renewals.refusing = True

@@ -4,12 +4,13 @@ processes and real tritonclient calls over mutual TLS. The files live as a Kuber
 certificate, key and client roots from another CA: connections accepted after the renewal are served with the new
 ones (a client that trusts only the old CA, or presents a certificate it signed, is refused), a connection open
 before it goes on, and files renewed half-way (a new certificate beside the old key) are refused once, in the log,
-while the port keeps serving what it served."""
+while the port keeps serving what it served; the metrics port counts both."""
 
 from __future__ import annotations
 
 import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,19 @@ def _refused(url: str, tls: ClientTls) -> None:
         client.is_server_live(client_timeout=10)
 
 
+def _renewals(proc: RuntimeProcess) -> dict[str, float]:
+    """The renewal metrics, as the metrics port serves them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("ensemble_grpc_tls_renewals{"):
+            found[line[line.index("{") + 1:line.index("}")]] = float(line.split()[-1])
+        elif line.startswith("ensemble_grpc_tls_renewal_refused "):
+            found["refused now"] = float(line.split()[-1])
+    return found
+
+
 def _adds(client: grpcclient.InferenceServerClient) -> None:
     a, b = np.arange(4, dtype=np.float32), np.full(4, 2.0, dtype=np.float32)
     inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"), grpcclient.InferInput("INPUT1", [4], "FP32")]
@@ -155,6 +169,7 @@ def test_renewed_files_serve_new_connections_and_open_ones_go_on(
         assert _live(url, old_client), "the port stopped serving what it served before"
         time.sleep(5 * RELOAD_SECS)  # not a wait for a condition: time for reads that would each log it again
         assert proc.log_text().count(REFUSED) == 1, "a refusal logged at every read, not once"
+        assert _renewals(proc) == {'result="taken"': 0.0, 'result="refused"': 1.0, "refused now": 1.0}
 
         volume.publish(after.server.cert_pem, after.server.key_pem, after.ca.cert_pem)
         poll_until(lambda: _live(url, new_client), timeout=WAIT_SECS, what="the renewed files served",
@@ -165,3 +180,4 @@ def test_renewed_files_serve_new_connections_and_open_ones_go_on(
     with _fresh(url, new_client) as renewed:
         _adds(renewed)
     assert proc.log_text().count(TAKEN) == 1
+    assert _renewals(proc) == {'result="taken"': 1.0, 'result="refused"': 1.0, "refused now": 0.0}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from ensemble_runtime.grpc_tls import GrpcTls
-from ensemble_runtime.tls_watch import TlsWatch
+from ensemble_runtime.tls_watch import Renewals, TlsWatch
 
 FIRST = GrpcTls(b"cert-1", b"key-1", b"roots-1")
 RENEWED = GrpcTls(b"cert-2", b"key-2", b"roots-2")
@@ -76,6 +76,7 @@ def test_changed_files_are_handed_on_once_and_unchanged_ones_never() -> None:
     assert _checks(watch, 3) == [True, False, False]
     assert files.handed == [RENEWED]
     assert watch.serving == RENEWED
+    assert watch.renewals == Renewals(taken=1, refused=0, refusing=False)
 
 
 def test_refused_files_keep_those_served_are_logged_once_and_not_handed_again(
@@ -88,9 +89,11 @@ def test_refused_files_keep_those_served_are_logged_once_and_not_handed_again(
     assert watch.serving == FIRST
     (warning,) = logged.warnings()
     assert "refused (the server certificate and key: they do not match)" in warning
+    assert watch.renewals == Renewals(taken=0, refused=1, refusing=True)
     files.now = RENEWED
     assert _checks(watch, 1) == [True]
     assert watch.serving == RENEWED
+    assert watch.renewals == Renewals(taken=1, refused=1, refusing=False)
 
 
 def test_unreadable_files_are_logged_once_and_again_if_they_come_back(logged: Records) -> None:
@@ -99,8 +102,10 @@ def test_unreadable_files_are_logged_once_and_again_if_they_come_back(logged: Re
     files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
     assert _checks(watch, 3) == [False] * 3
     assert len(logged.warnings()) == 1
+    assert watch.renewals.refusing
     files.now = FIRST  # back as they were: nothing to hand on, and the problem gone
     assert _checks(watch, 1) == [False]
+    assert watch.renewals == Renewals(taken=0, refused=1, refusing=False)
     files.now = "--grpc-server-cert '/etc/tls/tls.crt': No such file or directory"
     assert _checks(watch, 2) == [False] * 2
     assert len(logged.warnings()) == 2
