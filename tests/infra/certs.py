@@ -2,7 +2,8 @@
 
 Pure functions return PEM bytes; `write_cluster_pki` is the only one that touches the file system.
 Keys are ECDSA P-256 (fast to generate, accepted everywhere Kubernetes takes a key, including the
-service-account signing key, which then signs ES256 tokens).
+service-account signing key, which then signs ES256 tokens); a serving certificate may have an RSA 2048 key
+instead, cert-manager's default.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=7)
@@ -42,7 +44,11 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _new_rsa_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _key_pem(key: CertificateIssuerPrivateKeyTypes) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -99,12 +105,13 @@ def _issue(
     usages: Sequence[x509.ObjectIdentifier],
     dns_names: Sequence[str] = (),
     ip_addresses: Sequence[str] = (),
+    rsa_key: bool = False,
 ) -> CertKey:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError("CA key must be an EC key")
-    key = _new_key()
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey = _new_rsa_key() if rsa_key else _new_key()
     now = _now()
     builder = (
         x509.CertificateBuilder()
@@ -141,15 +148,17 @@ def _issue(
 
 
 def generate_serving_cert(
-    ca: CertKey, common_name: str, *, dns_names: Sequence[str] = (), ip_addresses: Sequence[str] = ()
+    ca: CertKey, common_name: str, *, dns_names: Sequence[str] = (), ip_addresses: Sequence[str] = (),
+    rsa_key: bool = False,
 ) -> CertKey:
-    """A TLS server certificate signed by `ca` for the given SANs."""
+    """A TLS server certificate signed by `ca` for the given SANs; `rsa_key`: an RSA 2048 key, else P-256."""
     return _issue(
         ca,
         _name(common_name),
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
         dns_names=dns_names,
         ip_addresses=ip_addresses,
+        rsa_key=rsa_key,
     )
 
 

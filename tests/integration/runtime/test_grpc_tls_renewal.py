@@ -1,7 +1,7 @@
 """Renewed TLS files taken while serving (--grpc-tls-reload-secs), on both front ends, against real runtime
 processes and real tritonclient calls over mutual TLS. The files live as a Kubernetes Secret volume lays them out
 (each name a link through `..data` to a versioned directory, swapped whole by one rename), and are renewed to a
-certificate, key and client roots from another CA: connections accepted after the renewal are served with the new
+certificate, key and client roots from another CA (and a P-256 key to an RSA one): connections accepted after the renewal are served with the new
 ones (a client that trusts only the old CA, or presents a certificate it signed, is refused), a connection open
 before it goes on, and files renewed half-way (a new certificate beside the old key) are refused once, in the log,
 while the port keeps serving what it served; the metrics port counts both."""
@@ -41,15 +41,17 @@ class Issued:
     client: CertKey
 
 
-def _issue(name: str) -> Issued:
+def _issue(name: str, rsa_key: bool) -> Issued:
     ca = generate_ca(name)
-    return Issued(ca, generate_serving_cert(ca, "runtime", dns_names=["localhost"], ip_addresses=["127.0.0.1"]),
+    return Issued(ca, generate_serving_cert(ca, "runtime", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
+                                            rsa_key=rsa_key),
                   generate_client_cert(ca, "client"))
 
 
 @pytest.fixture(scope="module")
 def issued() -> tuple[Issued, Issued]:
-    return _issue("ensemble-test-before"), _issue("ensemble-test-after")
+    """Before the renewal a P-256 serving key; after it an RSA 2048 one (cert-manager's default)."""
+    return _issue("ensemble-test-before", rsa_key=False), _issue("ensemble-test-after", rsa_key=True)
 
 
 class SecretVolume:
