@@ -138,12 +138,12 @@ def busy_neighbor(pinning: Pinning) -> Iterator[None]:
         process.wait()
 
 
-def tls_setup(directory: Path) -> tuple[ClientTls, list[str]]:
-    """A CA and a server certificate for 127.0.0.1, written under `directory`: how clients reach the servers, and the
-    flags with which ours and Triton (the same flags) serve gRPC over TLS."""
+def tls_setup(directory: Path, rsa_key: bool = False) -> tuple[ClientTls, list[str]]:
+    """A CA and a server certificate for 127.0.0.1 (a P-256 key, or RSA 2048), written under `directory`: how
+    clients reach the servers, and the flags with which ours and Triton (the same flags) serve gRPC over TLS."""
     directory.mkdir(parents=True)
     ca = generate_ca("perf-analyzer-bench")
-    server = generate_serving_cert(ca, "server", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    server = generate_serving_cert(ca, "server", dns_names=["localhost"], ip_addresses=["127.0.0.1"], rsa_key=rsa_key)
     for name, pem in (("ca.crt", ca.cert_pem), ("server.crt", server.cert_pem), ("server.key", server.key_pem)):
         (directory / name).write_bytes(pem)
     return ClientTls(directory / "ca.crt"), ["--grpc-use-ssl=true", f"--grpc-server-cert={directory / 'server.crt'}",
