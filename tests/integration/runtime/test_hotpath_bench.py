@@ -52,3 +52,21 @@ def test_call_count_counts_the_loop_and_the_model_threads(tmp_path: Path) -> Non
     assert all(threads[t] > 0 for t in threads)
     assert abs(row["calls_per_request"] - sum(threads.values())) < 0.5  # each figure rounded on its own
     assert len(row["top"]) == 3
+
+
+def test_tls_handshakes_measures_a_handshake_and_requests_beside_them(tmp_path: Path) -> None:
+    """bench/tls_handshakes.py at a tiny size (an RSA key, the core on the loop): the server's CPU per handshake
+    is measured (100 of them: the CPU's clock ticks are 10 ms) and the requests' latencies alone and beside a
+    handshake load are there."""
+    out = tmp_path / "tls_handshakes.json"
+    run = subprocess.run(
+        [sys.executable, "bench/tls_handshakes.py", "--key", "rsa", "--threads", "0", "--handshakes", "100",
+         "--requests", "50", "--rate", "20", "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["key"], row["threads"]) == ("rsa", 0)
+    assert row["server_cpu_us_per_handshake"] > 0
+    for measured in (row["alone"], row["beside_20_handshakes_per_s"]):
+        assert 0 < measured["p50_us"] <= measured["p99_us"], row
