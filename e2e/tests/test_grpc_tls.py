@@ -2,7 +2,7 @@
 scenario's Ensemble with mutual TLS, the operator mounting the Secret's keys into the runtime pods (non-root, a
 read-only root: the files readable through the pod's fsGroup), and tritonclient over mutual TLS through the
 Ensemble's Service; a client without a certificate, and a plaintext one, refused. Then the Secret renewed with
-another CA's certificate, key and roots, as cert-manager renews it: the kubelet swaps the pods' files, the runtime
+another CA's certificate, key (RSA, cert-manager's default) and roots, as cert-manager renews it: the kubelet swaps the pods' files, the runtime
 takes them (--grpc-tls-reload-secs) with no pod restarted, and only clients of the new CA are served."""
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def test_an_ensemble_serves_grpc_over_mutual_tls_from_its_secret(real_stack: Rea
         # the Secret renewed (another CA: every file changes); the pods' files follow it, and so does the port
         pods = live_pods(stack.cp, ns, name)
         restarts = restart_counts(pods)
-        renewed = _secret(renewed_ca, generate_serving_cert(renewed_ca, "runtime", dns_names=[SERVER_NAME]))
+        renewed = _secret(renewed_ca, generate_serving_cert(renewed_ca, "runtime", dns_names=[SERVER_NAME],
+                                                            rsa_key=True))  # cert-manager's default key
         kubectl_apply(stack.cp, ns, [renewed], tmp_path)
         for pod in pods:  # each replica on its own (the Service would pick one of them per connection)
             address = f"{pod['status']['podIP']}:{GRPC_PORT}"
