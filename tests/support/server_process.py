@@ -25,10 +25,13 @@ class ClientTls:
     root: Path
     certificate: tuple[Path, Path] | None = None  # (chain, key)
 
-    def client(self, url: str) -> grpcclient.InferenceServerClient:
+    def client(self, url: str, own_connection: bool = False) -> grpcclient.InferenceServerClient:
+        """`own_connection`: one of its own, with its own handshake (grpc core would otherwise share an earlier
+        client's connection to the same address)."""
         chain, key = (str(path) for path in self.certificate) if self.certificate else (None, None)
+        options = {"channel_args": [("grpc.use_local_subchannel_pool", 1)]} if own_connection else {}
         return grpcclient.InferenceServerClient(url, ssl=True, root_certificates=str(self.root),
-                                                certificate_chain=chain, private_key=key)
+                                                certificate_chain=chain, private_key=key, **options)
 
 
 class ServerProcess:

@@ -90,20 +90,13 @@ def _files(directory: Path, stem: str, issued: Issued) -> ClientTls:
     return ClientTls(paths[0], (paths[1], paths[2]))
 
 
-def _fresh(url: str, tls: ClientTls) -> grpcclient.InferenceServerClient:
-    """A client on a connection of its own (grpc core would otherwise share one with an earlier client's)."""
-    chain, key = (str(path) for path in tls.certificate) if tls.certificate else (None, None)
-    return grpcclient.InferenceServerClient(url, ssl=True, root_certificates=str(tls.root), certificate_chain=chain,
-                                            private_key=key, channel_args=[("grpc.use_local_subchannel_pool", 1)])
-
-
 def _live(url: str, tls: ClientTls) -> bool:
-    with _fresh(url, tls) as client:
+    with tls.client(url, own_connection=True) as client:
         return bool(client.is_server_live(client_timeout=10))
 
 
 def _refused(url: str, tls: ClientTls) -> None:
-    with _fresh(url, tls) as client, pytest.raises(InferenceServerException, match="UNAVAILABLE"):
+    with tls.client(url, own_connection=True) as client, pytest.raises(InferenceServerException, match="UNAVAILABLE"):
         client.is_server_live(client_timeout=10)
 
 
@@ -162,7 +155,7 @@ def test_renewed_files_serve_new_connections_and_open_ones_go_on(
     url = f"127.0.0.1:{proc.grpc_port}"
     old_client, new_client = proc.client_tls, _files(tmp_path, "after", after)
     assert old_client is not None
-    with _fresh(url, old_client) as open_before:
+    with old_client.client(url, own_connection=True) as open_before:
         _adds(open_before)
         # renewed half-way, as files written one by one are read: the new certificate beside the old key
         volume.publish(after.server.cert_pem, before.server.key_pem, after.ca.cert_pem)
@@ -179,7 +172,7 @@ def test_renewed_files_serve_new_connections_and_open_ones_go_on(
         _refused(url, old_client)  # neither trusts the new certificate nor is trusted by the new roots
         _refused(url, ClientTls(new_client.root, old_client.certificate))  # the roots renewed: the old client's refused
         _adds(open_before)  # the connection accepted before the renewal goes on with what it was served
-    with _fresh(url, new_client) as renewed:
+    with new_client.client(url, own_connection=True) as renewed:
         _adds(renewed)
     assert proc.log_text().count(TAKEN) == 1
     assert _renewals(proc) == {'result="taken"': 1.0, 'result="refused"': 1.0, "refused now": 0.0}
