@@ -28,6 +28,8 @@ from ensemble_runtime.responses import StreamItem
 
 log = logging.getLogger(__name__)
 
+THREAD_END_SECS = 5.0  # how long a close waits for the instance's thread to end
+
 
 class ModelExitError(InferenceError):
     """A BaseException that model code raised (SystemExit, KeyboardInterrupt, ...), contained where the model
@@ -362,6 +364,10 @@ class PythonInstance:
         finally:
             self._thread.shutdown()
             self._on_close()
+        # Closed once its thread has ended: only then is what the model holds garbage, for reference counting or
+        # for the collection the version's unload is followed by (python_gc.py). After finalize only the end is
+        # left in its queue; a thread still busy after this long is not waited for.
+        await self._thread.ended(THREAD_END_SECS)
 
 
 def _incoming(request: BackendRequest, sender: InferenceResponseSender | None = None) -> InferenceRequest:

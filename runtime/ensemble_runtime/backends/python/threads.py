@@ -158,6 +158,12 @@ class InstanceThread:
         self._calls.leave(self)
         self.put(None)
 
+    async def ended(self, within: float) -> bool:
+        """After `shutdown`: wait, off the loop, up to `within` seconds for the thread to end (its frame, and the
+        model it holds, let go). Whether it did."""
+        await asyncio.to_thread(self._thread.join, within)
+        return not self._thread.is_alive()
+
     def _run(self) -> None:
         jobs, model, calls, bell = self._jobs, self._model, self._calls, self._bell
         while True:
