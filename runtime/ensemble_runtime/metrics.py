@@ -17,6 +17,7 @@ from ensemble_runtime.custom_metrics import CustomMetrics, FamilyValues, MetricK
 from ensemble_runtime.gpu.gauges import GpuGauges, GpuReading
 from ensemble_runtime.host_metrics import HostSampler, HostValues
 from ensemble_runtime.metrics_text import value_text
+from ensemble_runtime.python_gc import PythonGc
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.response_cache import ResponseCache
 from ensemble_runtime.stats import FAILURE_REASONS, Duration, ModelStats
@@ -80,8 +81,10 @@ class RuntimeCollector(Collector):
     def __init__(self, registry: Registry, storage: Storage | None = None,
                  settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
                  host: HostSampler | None = None, gpus: GpuGauges | None = None,
-                 cache: ResponseCache | None = None, tls: Renewals | None = None) -> None:
+                 cache: ResponseCache | None = None, tls: Renewals | None = None,
+                 python_gc: PythonGc | None = None) -> None:
         self._registry = registry
+        self._python_gc = python_gc
         self._tls = tls
         self._cache = cache
         self._storage = storage
@@ -136,6 +139,8 @@ class RuntimeCollector(Collector):
             yield from self._storage_metrics(self._storage)
         if self._tls is not None:
             yield from _tls_metrics(self._tls)
+        if self._python_gc is not None:
+            yield from _python_gc_metrics(self._python_gc)
         if self._custom is not None:
             yield from (_custom_family(values) for values in self._custom.collect())
 
@@ -162,6 +167,24 @@ def _tls_metrics(renewals: Renewals) -> Iterator[Metric]:
                       "1 while the TLS files there now are refused and the gRPC port serves older ones", ())
     refusing.add_metric((), 1.0 if renewals.refusing else 0.0)
     yield from (counted, refusing)
+
+
+def _python_gc_metrics(python_gc: PythonGc) -> Iterator[Metric]:
+    reading = python_gc.read()
+    collections = _counter("ensemble_python_gc_collections", "Collections Python's cyclic collector made, per "
+                           "generation (2: the oldest)", ["generation"])
+    for generation, count in enumerate(reading.collections):
+        collections.add_metric([str(generation)], count)
+    frozen = _gauge("ensemble_python_gc_frozen_objects", "Objects frozen out of the collector's passes "
+                    "(--python-gc=tuned: what is loaded)", ())
+    frozen.add_metric((), reading.frozen)
+    settles = _counter("ensemble_python_gc_settles", "Times the heap was thawed, collected whole and frozen again "
+                       "(after the initial load, and when the versions loaded change)", ())
+    settles.add_metric((), reading.settles)
+    seconds = _counter("ensemble_python_gc_settle_seconds", "Time those settles took, in all (the event loop "
+                       "waits on each)", ())
+    seconds.add_metric((), reading.settle_seconds)
+    yield from (collections, frozen, settles, seconds)
 
 
 _GPU_GAUGES = (
@@ -213,6 +236,8 @@ SERVER_METRIC_NAMES = frozenset({
     "ensemble_model_ready", "ensemble_served_version", "ensemble_model_load_failure", "ensemble_repository_reachable",
     "ensemble_repository_sync_failures", "ensemble_repository_fetch_errors",
     "ensemble_repository_last_sync_timestamp_seconds", "ensemble_grpc_tls_renewals", "ensemble_grpc_tls_renewal_refused",
+    "ensemble_python_gc_collections", "ensemble_python_gc_frozen_objects", "ensemble_python_gc_settles",
+    "ensemble_python_gc_settle_seconds",
 })
 
 
@@ -256,7 +281,8 @@ def _custom_family(values: FamilyValues) -> Metric:
 def build_metrics_registry(registry: Registry, storage: Storage | None = None,
                            settle: Callable[[], None] | None = None, custom: CustomMetrics | None = None,
                            host: HostSampler | None = None, gpus: GpuGauges | None = None,
-                           cache: ResponseCache | None = None, tls: Renewals | None = None) -> CollectorRegistry:
+                           cache: ResponseCache | None = None, tls: Renewals | None = None,
+                           python_gc: PythonGc | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus, cache, tls))
+    metrics.register(RuntimeCollector(registry, storage, settle, custom, host, gpus, cache, tls, python_gc))
     return metrics

@@ -116,6 +116,8 @@ class Registry:
     records: dict[str, ModelRecord] = field(default_factory=dict)
     resolve_ensemble_set: SetResolver | None = None
     retiring: set[asyncio.Task[None]] = field(default_factory=set)
+    # called on the loop when the versions loaded change (a commit, a retired version closed): the heap settles
+    changed: Callable[[], None] | None = None
 
     def record(self, name: str) -> ModelRecord:
         rec = self.records.get(name)
@@ -195,6 +197,8 @@ class Registry:
         dropped = [lv for lv in before if lv not in after]
         for lv in dropped:
             lv.state = VersionState.UNLOADING
+        if self.changed is not None:
+            self.changed()
         return dropped
 
     def refresh_ensembles(self) -> None:
@@ -237,6 +241,8 @@ class Registry:
         if rec is not None and rec.versions.get(lv.version) is lv:
             del rec.versions[lv.version]
         log.info("unloaded model '%s' version %d", lv.model, lv.version)
+        if self.changed is not None:
+            self.changed()
 
     def loaded_versions(self) -> list[LoadedVersion]:
         return [lv for rec in self.records.values() for lv in rec.versions.values() if lv.scheduler is not None]

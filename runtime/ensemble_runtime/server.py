@@ -41,6 +41,7 @@ from ensemble_runtime.protocol.metrics_http import build_metrics_app
 from ensemble_runtime.protocol.native_grpc import NativeGrpcServer
 from ensemble_runtime.protocol.native_http import NativeHttpServer
 from ensemble_runtime.protocol.on_loop import ON_LOOP, native_threads
+from ensemble_runtime.python_gc import PythonGc
 from ensemble_runtime.registry import Registry
 from ensemble_runtime.repository.config_source import RepositoryConfigSource
 from ensemble_runtime.repository.s3 import S3Settings
@@ -178,6 +179,8 @@ class Server:
     async def start(self) -> None:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
+        python_gc = PythonGc(s.python_gc)
+        self.dataplane.registry.changed = python_gc.settle_soon
         tls = s.grpc_tls() if s.allow_grpc else None
         renew: Callable[[GrpcTls], None] | None = None  # how the gRPC port takes renewed TLS files
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
@@ -236,7 +239,7 @@ class Server:
                                              self.dataplane.settle_answered, self.planes.custom_metrics,
                                              HostSampler() if s.allow_cpu_metrics else None, self._gpu_gauges,
                                              self.dataplane.caching.cache if self.dataplane.caching else None,
-                                             watch.renewals if watch else None)
+                                             watch.renewals if watch else None, python_gc)
             metrics_app = build_metrics_app(metrics)
             if s.http_frontend == HttpFrontend.NATIVE:  # the core's timeouts and connection share in front of it
                 self._native_metrics = NativeHttpServer(self.dataplane, metrics_app, METRICS_BODY_BYTES,
@@ -256,6 +259,7 @@ class Server:
         if watch is not None:
             self._tasks.append(loop.create_task(watch.run()))
         await self._initial_load()
+        python_gc.settle()  # what the initial load made is frozen before the first request
         self.dataplane.started = True
         log.info("initial load done; server ready: %s", self.dataplane.ready())
         if s.control_mode == ControlMode.POLL:
