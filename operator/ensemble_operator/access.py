@@ -44,6 +44,7 @@ DEFAULT_ALLOWED_FLAGS = (
     "--repository-settle-secs",
     "--event-loop",
     "--thread-policy",
+    "--python-gc",
     "--grpc-native-threads",
     "--http-native-threads",
     "--grpc-max-message-bytes",
