@@ -17,13 +17,15 @@ took 27 ms, with every request in flight waiting on it.
   freed at once, instead of whenever the collector next walks the whole heap (never, on an idle server).
 - **The youngest generation is collected every 2,000 net allocations**, not 700. That is the threshold CPython's
   free-threaded collector starts with. The requests in flight no longer trip it: the same run made no
-  collections at all, and served 12% more requests per second on 10% less CPU. What this lets linger is the
+  collections at all, and served 9-12% more requests per second on 8-10% less CPU (gRPC and HTTP). What this lets linger is the
   cyclic garbage of about 1,300 more container objects. The serving path makes none: 4,000 refused requests of
   1 MiB each made no collections either.
 
-A settle (thaw, collect, freeze) takes the GIL for one full collection of the heap, tens of milliseconds. It runs
-on the loop after the initial load and then only when the versions loaded change, coalesced to one per turn of
-the loop. The default collector made such pauses every few seconds under load.
+A settle (thaw, collect, freeze) takes the GIL for one full collection of the heap: 15-25 ms here, more for models
+whose Python objects number in the millions. It runs on the loop after the initial load and then only when the
+versions loaded change, coalesced to one per turn of the loop. The default collector made such pauses every few
+seconds under load. An unloaded python model's instance threads have ended by then (PythonInstance.close waits
+for them), so what they held is garbage when the settle looks.
 
 "stock" leaves Python's collector exactly as Python sets it (700, 10, 10; nothing frozen), for comparison.
 """
