@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 
 from bench.models import build_chain_repository
 from tests.infra.process import poll_until
+from tests.support.liveness import memory_kib
 from tests.support.runtime_process import RuntimeProcess
 
 BLOB_MIB = 256  # what the cyclic model holds
@@ -63,10 +64,7 @@ def repository(tmp_path: Path) -> Path:
 
 
 def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
+    return memory_kib(pid, "VmRSS") / 1024
 
 
 def _gc_metrics(proc: RuntimeProcess) -> dict[str, float]:
