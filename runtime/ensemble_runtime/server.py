@@ -180,7 +180,6 @@ class Server:
         s = self.settings
         self.dataplane.started = False  # not ready before the initial load has finished
         python_gc = PythonGc(s.python_gc)
-        self.dataplane.registry.changed = python_gc.settle_soon
         tls = s.grpc_tls() if s.allow_grpc else None
         renew: Callable[[GrpcTls], None] | None = None  # how the gRPC port takes renewed TLS files
         if s.allow_grpc and s.grpc_frontend == GrpcFrontend.NATIVE:
@@ -260,6 +259,7 @@ class Server:
             self._tasks.append(loop.create_task(watch.run()))
         await self._initial_load()
         python_gc.settle()  # what the initial load made is frozen before the first request
+        self.dataplane.registry.changed = python_gc.settle_soon  # and again whenever the versions loaded change
         self.dataplane.started = True
         log.info("initial load done; server ready: %s", self.dataplane.ready())
         if s.control_mode == ControlMode.POLL:
