@@ -5,7 +5,7 @@ Tuned (the default):
 - a model version that holds its memory in a reference cycle gives it back when it is unloaded. That holds
   whether it was loaded at start (frozen) or later, and needs no other request or load to happen;
 - a 2-step ensemble's requests in flight trip no collection (concurrency 16, gRPC and HTTP), where stock settings
-  trip many.
+  trip some (tens here).
 
 Stock leaves Python's collector as Python sets it."""
 
