@@ -5,7 +5,7 @@ Tuned (the default):
 - a model version that holds its memory in a reference cycle gives it back when it is unloaded. That holds
   whether it was loaded at start (frozen) or later, and needs no other request or load to happen;
 - a 2-step ensemble's requests in flight trip no collection (concurrency 16, gRPC and HTTP), where stock settings
-  trip some (tens here).
+  trip some (tens here); nor do refused requests.
 
 Stock leaves Python's collector as Python sets it."""
 
@@ -20,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from bench.models import build_chain_repository
 from tests.infra.process import poll_until
@@ -136,18 +137,30 @@ def _http_traffic(url: str, requests: int, concurrency: int) -> None:
             np.testing.assert_array_equal(pending.get_result().as_numpy("OUT"), x + 2)
 
 
+def _refused(proc: RuntimeProcess, requests: int) -> None:
+    """`requests` of 1 MiB each that the server refuses (the wrong shape): their bytes must not linger."""
+    wrong = grpcclient.InferInput("IN", [1 << 18], "FP32")
+    wrong.set_data_from_numpy(np.zeros(1 << 18, np.float32))
+    with proc.grpc_client() as client:
+        for _ in range(requests):
+            with pytest.raises(InferenceServerException, match="unexpected shape"):
+                client.infer(CHAIN, [wrong])
+
+
 @pytest.mark.parametrize("policy", ["tuned", "stock"])
 def test_requests_in_flight_trip_no_collection(tmp_path: Path, policy: str) -> None:
     """Reference counting frees what a request allocates, but a 2-step ensemble's requests in flight at
     concurrency 16 hold more container objects than Python's 700 between them: under stock settings the
     youngest generation is collected again and again, finding nothing. With 2,000 as its threshold no collection
-    is made, over gRPC or HTTP (a request path that leaked container objects would make them)."""
+    is made, over gRPC or HTTP, nor by 500 refused requests of 1 MiB each (a request path that leaked container
+    objects, or made its bytes linger in cycles, would make them)."""
     build_chain_repository(tmp_path, [2])
     with RuntimeProcess([tmp_path], [f"--python-gc={policy}"]) as proc:
         proc.wait_ready(WAIT_SECS)
         before = _gc_metrics(proc)
         asyncio.run(_traffic(proc.grpc_url, 3200, 16))
         _http_traffic(proc.http_url, 1600, 16)
+        _refused(proc, 500)
         after = _gc_metrics(proc)
         young = after["collections 0"] - before["collections 0"]
         print(f"{policy}: {young:.0f} collections of the youngest generation, "
