@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -149,3 +151,29 @@ def test_a_call_put_off_the_loop_starts_at_once_and_the_end_rings_even_when_the_
     assert ended.wait(60) and model.ran == ["off", "late"]
     thread._thread.join(60)
     assert not thread._thread.is_alive()
+
+
+def test_ended_waits_for_the_thread_to_let_its_model_go_and_gives_up_on_a_busy_one() -> None:
+    async def main() -> None:
+        calls = CallQueue(1)
+        model = Model("a")
+        thread = InstanceThread("t-ended", model, calls)
+        held = weakref.ref(model)
+        del model
+        thread.shutdown()
+        assert await thread.ended(30)
+        del thread, calls  # they refer to each other: a cycle, as an unloaded version leaves them
+        gc.collect()
+        assert held() is None  # the thread's frame had let go of it too
+
+        busy_model = Model("b")
+        busy = InstanceThread("t-busy", busy_model, CallQueue(1))
+        release = threading.Event()
+        call = submit(busy, "hold", release, "x")
+        busy.shutdown()  # the call already there still runs, then the thread ends
+        assert not await busy.ended(0.05)
+        release.set()
+        assert await call == "b:x:t-busy"
+        assert await busy.ended(30)
+
+    asyncio.run(main())
