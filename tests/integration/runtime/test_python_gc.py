@@ -3,7 +3,8 @@
 Tuned (the default):
 - what the initial load made is frozen;
 - a model version that holds its memory in a reference cycle gives it back when it is unloaded. That holds
-  whether it was loaded at start (frozen) or later, and needs no other request or load to happen;
+  whether it was loaded at start (frozen) or later, and needs no other request or load to happen (one in no cycle
+  of its own is freed at once under stock settings too: the runtime's objects hold none in one);
 - a 2-step ensemble's requests in flight trip no collection (concurrency 16, gRPC and HTTP), where stock settings
   trip some (tens here); nor do refused requests.
 
@@ -55,12 +56,18 @@ class TritonPythonModel:
 """
 
 
+PLAIN_MODEL = CYCLIC_MODEL.replace("self.me = self", "self.me = None")  # no cycle of its own
+assert PLAIN_MODEL != CYCLIC_MODEL
+
+
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    model = tmp_path / "py_cyclic"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(CYCLIC_CONFIG)
-    (model / "1" / "model.py").write_text(CYCLIC_MODEL)
+    """`py_cyclic` (its instance in a cycle) and `py_plain` (not), each holding BLOB_MIB."""
+    for name, source in (("py_cyclic", CYCLIC_MODEL), ("py_plain", PLAIN_MODEL)):
+        model = tmp_path / name
+        (model / "1").mkdir(parents=True)
+        (model / "config.pbtxt").write_text(CYCLIC_CONFIG)
+        (model / "1" / "model.py").write_text(source)
     return tmp_path
 
 
@@ -81,11 +88,11 @@ def _gc_metrics(proc: RuntimeProcess) -> dict[str, float]:
     return found
 
 
-def _answer(client: grpcclient.InferenceServerClient) -> None:
+def _answer(client: grpcclient.InferenceServerClient, model: str = "py_cyclic") -> None:
     x = np.arange(4, dtype=np.float32)
     given = grpcclient.InferInput("x", [4], "FP32")
     given.set_data_from_numpy(x)
-    np.testing.assert_array_equal(client.infer("py_cyclic", [given]).as_numpy("y"), x)
+    np.testing.assert_array_equal(client.infer(model, [given]).as_numpy("y"), x)
 
 
 def _wait_freed(proc: RuntimeProcess, loaded_mib: float, what: str) -> None:
@@ -113,6 +120,22 @@ def test_an_unloaded_version_held_in_a_cycle_is_freed_at_once(repository: Path) 
             client.unload_model("py_cyclic")
             _wait_freed(proc, reloaded, "the version loaded later freed")
             assert _gc_metrics(proc)["settles"] > metrics["settles"]
+
+
+def test_an_unloaded_version_in_no_cycle_is_freed_at_once_under_stock_settings_too(repository: Path) -> None:
+    """The runtime's own objects put no model in a cycle (an instance's thread and its version's queue refer to
+    each other: the thread lets go of the model as it ends), so reference counting alone frees one that is in
+    none of its own."""
+    with RuntimeProcess([repository], ["--model-control-mode=explicit", "--load-model=py_plain",
+                                       "--python-gc=stock"]) as proc:
+        proc.wait_ready(WAIT_SECS)
+        with proc.grpc_client() as client:
+            _answer(client, "py_plain")
+            loaded = _rss_mib(proc.pid)
+            assert loaded > BLOB_MIB, loaded
+            client.unload_model("py_plain")
+            _wait_freed(proc, loaded, "the version freed by reference counting")
+            assert _gc_metrics(proc)["settles"] == 0
 
 
 async def _traffic(url: str, requests: int, concurrency: int) -> None:

@@ -178,6 +178,7 @@ class InstanceThread:
                 with self._door:
                     os.close(self._bell)
                     self._bell = -1
+                self._model = None  # this thread and its queue refer to each other: the model must not wait on that
                 return
             shared = job[6]
             _run_job(model, job)
