@@ -4,7 +4,12 @@ accepted from then on with them (those open keep theirs). A Kubernetes Secret's 
 pod's files without a restart, swapped whole by the kubelet; files written one by one may be read half-renewed (a
 new certificate beside the old key): the front end refuses those, the port keeps what it serves, and the next
 read takes them once they match. Each problem is logged once, not at every read, and counted for the metrics
-port (`Renewals`)."""
+port (`Renewals`).
+
+The three files are read one by one, so a read can straddle the kubelet's swap. It may then return the old
+certificate and key beside the new client roots: a pair that matches, which the port would take, refusing every
+client of the old CA until the next renewal. So the set is read twice in a row, and taken only when both reads
+agree; otherwise the next check reads it again."""
 
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ class TlsWatch:
     async def check(self) -> bool:
         """Reads the files once (off the event loop) and hands them on if they changed; whether they were taken."""
         try:
-            fresh = await asyncio.to_thread(self._read)
+            fresh = await asyncio.to_thread(self._read_settled)
         except ValueError as exc:
             self._refuse(str(exc), f"gRPC {self._serving.describe()}: cannot read the renewed files ({exc}); "
                                    "serving with those read before")
@@ -76,6 +81,12 @@ class TlsWatch:
         log.info("gRPC %s: renewed certificate files taken; connections accepted from now on use them",
                  fresh.describe())
         return True
+
+    def _read_settled(self) -> GrpcTls | None:
+        """The files, when two reads in a row agree; None while they are being replaced."""
+        first = self._read()
+        second = self._read()
+        return second if second == first else None
 
     def _refuse(self, what: GrpcTls | str, message: str) -> None:
         if what != self._refused:

@@ -1,6 +1,6 @@
 """TlsWatch's decisions, through its two seams (how the files are read, how the port takes them): changed files
-handed on once, unchanged ones not, refused or unreadable ones logged once and the served ones kept, and a problem
-said again when it comes back after going away. The real files and front ends: tests/integration/runtime/
+handed on once, unchanged ones not, a read that straddles a swap not, refused or unreadable ones logged once and
+the served ones kept, and a problem said again when it comes back after going away. The real files and front ends: tests/integration/runtime/
 test_grpc_tls_renewal.py."""
 
 from __future__ import annotations
@@ -76,6 +76,18 @@ def test_changed_files_are_handed_on_once_and_unchanged_ones_never() -> None:
     assert _checks(watch, 3) == [True, False, False]
     assert files.handed == [RENEWED]
     assert watch.serving == RENEWED
+    assert watch.renewals == Renewals(taken=1, refused=0, refusing=False)
+
+
+def test_a_read_that_straddles_a_swap_is_not_taken() -> None:
+    """The three files are read one by one and can straddle the kubelet's swap of them all: the old certificate and
+    key beside the new roots match, and the port would take them. Two reads in a row must agree."""
+    files = Files()
+    straddled = GrpcTls(b"cert-1", b"key-1", b"roots-2")
+    reads = iter([straddled, RENEWED, RENEWED, RENEWED])
+    watch = TlsWatch(FIRST, lambda: next(reads), files.renew, interval_secs=1.0)
+    assert _checks(watch, 2) == [False, True]
+    assert files.handed == [RENEWED]
     assert watch.renewals == Renewals(taken=1, refused=0, refusing=False)
 
 
