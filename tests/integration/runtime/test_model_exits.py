@@ -86,15 +86,21 @@ def assert_good_answers(proc: RuntimeProcess, name: str = "good", expected: floa
 
 
 def index_of(proc: RuntimeProcess) -> dict[tuple[str, str], dict[str, str]]:
-    """The repository index from gRPC, checked equal to the one from HTTP: (name, version) -> entry."""
-    with proc.grpc_client() as client:
-        grpc_models = client.get_model_repository_index(as_json=True)["models"]
-    with proc.http_client() as client:
-        http_models = client.get_model_repository_index()
-    by_grpc = {(m["name"], m.get("version", "")): m.get("reason", "") for m in grpc_models}
-    by_http = {(m["name"], m.get("version", "")): m.get("reason", "") for m in http_models}
-    assert by_grpc == by_http
-    return {(m["name"], m.get("version", "")): m for m in grpc_models}
+    """The repository index from gRPC, checked equal to the one from HTTP: (name, version) -> entry. The index may be
+    changing (a version being retired), so the HTTP read is compared only when the gRPC reads just before and just
+    after it agree: both transports then read the same state."""
+    for _ in range(50):
+        with proc.grpc_client() as client:
+            grpc_models = client.get_model_repository_index(as_json=True)["models"]
+            with proc.http_client() as http:
+                http_models = http.get_model_repository_index()
+            if client.get_model_repository_index(as_json=True)["models"] != grpc_models:
+                continue  # changed meanwhile: read again
+        by_grpc = {(m["name"], m.get("version", "")): m.get("reason", "") for m in grpc_models}
+        by_http = {(m["name"], m.get("version", "")): m.get("reason", "") for m in http_models}
+        assert by_grpc == by_http
+        return {(m["name"], m.get("version", "")): m for m in grpc_models}
+    raise AssertionError("the repository index changed at every read")
 
 
 def model_ready(proc: RuntimeProcess, name: str, version: str) -> bool:
