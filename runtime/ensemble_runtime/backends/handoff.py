@@ -42,9 +42,9 @@ class Deferred:
     what the work changes (`run`), and otherwise on one timer while it waits for pieces it was told of (`expect`):
     within `within` seconds of being queued while pieces keep coming, the timer backing off to `at_most` while it
     finds none (a model running long, or stuck: a few turns a second, not hundreds). A thread's wake-up of the
-    loop costs a switch to the loop's thread and one turn of it per piece (at one request in flight, one per
-    request); under traffic the loop runs what came as it takes the next request, and the timer rarely finds
-    anything."""
+    loop costs a switch to the loop's thread and one turn of it per piece; under traffic the loop runs what came
+    as it takes the next request, and the timer rarely finds anything. With nothing else in flight the thread
+    wakes the loop itself (`run_soon`): the loop is idle then, and the next request need not carry the work."""
 
     def __init__(self, within: float = 0.005, at_most: float = 0.1) -> None:
         # (work, whether expected); append/popleft: thread-safe
@@ -63,6 +63,14 @@ class Deferred:
         """Queue `fn(*args)` (any thread) ahead of an expected piece still to come: it runs with the pieces before
         that one, no later (a step's end, ahead of its ensemble request's)."""
         self._queue.append((functools.partial(fn, *args), False))
+
+    def run_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From another thread, after its `add`: wake the loop to run what is queued now (nothing, once the loop is
+        closed). For a piece whose request was the only one in flight: the loop is idle then, and the wake-up falls
+        while the client reads its answer, where otherwise the piece would wait for the next request and be run on
+        its time."""
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self.run)
 
     def expect(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the loop: another thread will `add` one piece (it may have already)."""

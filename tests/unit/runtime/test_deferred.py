@@ -161,3 +161,34 @@ def test_pieces_riding_ahead_of_an_expected_one_run_first_and_are_not_counted_as
         return ran
 
     assert asyncio.run(scenario()) == ["step 0", "step 1", "end", "next"]
+
+
+def test_run_soon_wakes_the_loop_for_what_a_thread_queued_and_is_harmless_once_it_closed() -> None:
+    """A thread queues a piece and asks for it to run now (`run_soon`): the loop runs it, on its own thread, long
+    before its timer (an hour here) would. Asked once the loop is closed, it does nothing (nobody waits any more)."""
+
+    async def scenario() -> tuple[list[str], Deferred, asyncio.AbstractEventLoop]:
+        deferred, ran, done = Deferred(within=3600.0, at_most=3600.0), list[str](), asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def piece() -> None:
+            ran.append(threading.current_thread().name)
+            done.set()
+
+        def on_worker() -> None:
+            deferred.add(piece)
+            deferred.run_soon(loop)
+
+        deferred.expect(loop)
+        worker = threading.Thread(target=on_worker, name="worker")
+        worker.start()
+        worker.join()
+        await asyncio.wait_for(done.wait(), WAIT)
+        return ran, deferred, loop
+
+    ran, deferred, loop = asyncio.run(scenario())
+    assert ran == ["MainThread"]
+    assert loop.is_closed()
+    deferred.add(ran.append, "late")
+    deferred.run_soon(loop)  # no RuntimeError
+    assert ran == ["MainThread"]
