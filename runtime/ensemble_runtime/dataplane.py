@@ -243,8 +243,9 @@ class DataPlane:
         errors); the thread that runs it calls `answer` with the response or the error, after queuing the
         request's end (statistics, in flight, its place in the queue) for the loop, which counts it as it admits
         the next request (before its checks), or reads what it changes (`settle_answered`), or within
-        `Deferred`'s few milliseconds otherwise: no wake-up of the loop per request, and whatever reads the
-        statistics after the answer left sees it counted. False: nothing was done (call `infer`); so for a
+        `Deferred`'s few milliseconds otherwise: no wake-up of the loop per request under traffic (only a request
+        alone in flight wakes it, `_settle_alone`), and whatever reads the statistics after the answer left sees
+        it counted. False: nothing was done (call `infer`); so for a
         request the trace settings sample, which `infer` traces."""
         if not self.accepting or (request.parameters and names_sequence(request.parameters)):
             return False
