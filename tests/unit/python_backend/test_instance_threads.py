@@ -39,8 +39,8 @@ class Model:
 
 
 def submit(where: CallQueue | InstanceThread, method: str, *args: Any, ran: RunTimes | None = None) -> Any:
-    """`method(*args)` through `where`, in a context of its own, as the instance does; the future."""
-    return where.submit(asyncio.get_running_loop(), contextvars.copy_context(), method, args, ran)
+    """`method(*args)` through `where`, as the instance does; the future."""
+    return where.submit(asyncio.get_running_loop(), method, args, ran)
 
 
 def test_a_call_for_the_version_takes_the_first_free_thread_or_waits_for_one() -> None:
@@ -82,6 +82,47 @@ def test_a_call_for_one_instance_runs_on_its_thread_and_errors_come_back() -> No
             await submit(thread, "fail")
         assert exited.value.code == 3
         thread.shutdown()
+
+    asyncio.run(main())
+
+
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
+
+
+class Tagger:
+    """Reads and sets `TAG` in the context it is called in."""
+
+    def swap(self, value: str) -> str:
+        before = TAG.get()
+        TAG.set(value)
+        return before
+
+
+def test_every_call_runs_in_the_context_its_thread_was_given() -> None:
+    """Each thread runs every call, by future or by `then`, in the one context it was given: what a call set there
+    the next call on that thread reads; another thread, and the loop, never see it."""
+
+    async def main() -> None:
+        calls = CallQueue(1)
+        given = contextvars.copy_context()
+        given.run(TAG.set, "given")
+        thread = InstanceThread("t-tagged", Tagger(), calls, given)
+        other = InstanceThread("t-other", Tagger(), CallQueue(1))  # a copy of the caller's context
+        TAG.set("loop")
+        assert await submit(thread, "swap", "first") == "given"
+        assert await submit(calls, "swap", "second") == "first"
+        done: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+
+        def then(ok: bool, value: Any) -> None:
+            loop.call_soon_threadsafe(done.set_result, (ok, value))
+
+        calls.submit_then(then, "swap", ("third",))
+        assert await done == (True, "second")
+        assert await submit(other, "swap", "elsewhere") == ""  # copied before the loop set its own
+        assert TAG.get() == "loop" and given[TAG] == "third"
+        thread.shutdown()
+        other.shutdown()
 
     asyncio.run(main())
 
@@ -132,7 +173,7 @@ def test_a_call_put_off_the_loop_starts_at_once_and_the_end_rings_even_when_the_
         ended.set()
 
     seen = {"out": True}
-    thread.put((None, then, contextvars.copy_context(), "look", (seen, "off"), None, False))  # no loop running
+    thread.put((None, then, "look", (seen, "off"), None, False))  # no loop running
     assert ended.wait(60) and outcomes == [(True, True)]
 
     loop = asyncio.new_event_loop()
@@ -140,7 +181,7 @@ def test_a_call_put_off_the_loop_starts_at_once_and_the_end_rings_even_when_the_
         ended.clear()
 
         def hand_out_and_stop() -> None:
-            thread.put((None, then, contextvars.copy_context(), "look", (seen, "late"), None, False))
+            thread.put((None, then, "look", (seen, "late"), None, False))
             loop.stop()  # before the ring the put left for the loop's next turn
 
         loop.call_soon(hand_out_and_stop)

@@ -2,8 +2,8 @@
 variable the backend sets around each call.
 
 No module-level state holds the caller: the backend sets `BLS_TARGET` in the context it runs a model's
-`initialize`/`execute`/`finalize` in (copied into the instance's thread for synchronous models), so a BLS
-call always goes to the server that owns the calling model.
+`initialize`/`execute`/`finalize` in (for synchronous models, the context each instance's thread runs all its
+calls in, set once), so a BLS call always goes to the server that owns the calling model.
 """
 
 from __future__ import annotations

@@ -67,7 +67,10 @@ class PythonInstance:
         self._output_types = dict(output_types)  # output name -> wire type, where the config declares one
         self._on_close = on_close
         self._calls = calls  # the version's: an execution any of its instances may run
-        self._thread = InstanceThread(f"py-{instance_name}", model, calls)
+        # the context its thread runs every call in: the loader's, with BLS pointed at this server
+        context = contextvars.copy_context()
+        context.run(bls.BLS_TARGET.set, target)
+        self._thread = InstanceThread(f"py-{instance_name}", model, calls, context)
         self._closed = False
         self._runs_inline = self._inline and not decoupled  # requests on the loop without a task (`runs_inline`)
 
@@ -99,13 +102,7 @@ class PythonInstance:
             finally:
                 bls.BLS_TARGET.reset(token)
         where = self._calls if anywhere else self._thread
-        return await where.submit(self._target.loop, self._context(), method, args, ran)
-
-    def _context(self) -> contextvars.Context:
-        """The context a call runs in: the caller's, with BLS pointed at this server."""
-        context = contextvars.copy_context()
-        context.run(bls.BLS_TARGET.set, self._target)
-        return context
+        return await where.submit(self._target.loop, method, args, ran)
 
     async def initialize(self, args: dict[str, str]) -> None:
         if getattr(self._model, "initialize", None) is not None:
@@ -189,7 +186,7 @@ class PythonInstance:
                 result = exc
             then(result)
 
-        self._calls.submit_then(outcome, self._context(), "execute", ([_incoming(request)],), ran)
+        self._calls.submit_then(outcome, "execute", ([_incoming(request)],), ran)
 
     def _failure(self, exc: Exception) -> InferenceError:
         """What a request gets when `execute` raised `exc`."""
@@ -267,7 +264,7 @@ class PythonInstance:
             _fail_senders(senders, error)
             then({})
 
-        self._calls.submit_then(outcome, self._context(), "execute", ([_incoming(request, senders[0])],), ran)
+        self._calls.submit_then(outcome, "execute", ([_incoming(request, senders[0])],), ran)
 
     def _senders(self, requests: Sequence[BackendRequest]) -> list[InferenceResponseSender] | InferenceError:
         """A response sender per request, over its channel."""

@@ -6,7 +6,9 @@ waits in the version's queue, which a thread drains as it frees up (Triton: a fr
 request); with a single instance its thread's own queue is the version's. Either way no call makes a round
 trip through the event loop to start: each thread hands its results back with `call_soon_threadsafe` and goes
 on to the next call. A call made with `submit_then` has no future: the thread that ran it calls its `then` with
-the outcome, on that thread.
+the outcome, on that thread. Every call runs in the context its thread runs in (`InstanceThread`'s `context`), made
+once when the thread starts: no context is copied or entered per call, and what a model's method sets in it stays
+for its next call on that thread, as in a Triton stub's one thread.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ log = logging.getLogger(__name__)
 # Where an outcome goes on the thread that ran the call: (True, what the method returned) or (False, what it
 # raised, any BaseException).
 Then = Callable[[bool, Any], None]
-# loop and future (or None and the `then` to call instead), context, the name of the model's method to call (on
+# loop and future (or None and the `then` to call instead), the name of the model's method to call (on
 # the model of the thread that runs it), args, where to stamp when it ran, and whether it came from the version's
 # queue (the thread was taken off the idle list for it). A plain tuple: it is made and unpacked once per call.
 _Job = tuple[
-    asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | Then", contextvars.Context, str, tuple[Any, ...],
+    asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | Then", str, tuple[Any, ...],
     RunTimes | None, bool,
 ]
 
@@ -54,23 +56,22 @@ class CallQueue:
         self._idle: list[InstanceThread] = []
         self._left: set[InstanceThread] = set()
 
-    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
-               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
+    def submit(self, loop: asyncio.AbstractEventLoop, method: str, args: tuple[Any, ...],
+               ran: RunTimes | None = None) -> asyncio.Future[Any]:
         """Call `method(*args)` on the model of the first free instance; `ran` gets when it ran there."""
         if self._only is not None:
-            return self._only.submit(loop, context, method, args, ran)
+            return self._only.submit(loop, method, args, ran)
         future = loop.create_future()
-        self._enqueue((loop, future, context, method, args, _stamped(ran), True))
+        self._enqueue((loop, future, method, args, _stamped(ran), True))
         return future
 
-    def submit_then(self, then: Then, context: contextvars.Context, method: str, args: tuple[Any, ...],
-                    ran: RunTimes | None = None) -> None:
+    def submit_then(self, then: Then, method: str, args: tuple[Any, ...], ran: RunTimes | None = None) -> None:
         """`submit` without a future (callable from any thread): the thread that runs the call hands its outcome
         to `then`, on that thread, instead of to the loop. `then` must not raise; what it raises is logged."""
         if self._only is not None:
-            self._only.put((None, then, context, method, args, _stamped(ran), False))
+            self._only.put((None, then, method, args, _stamped(ran), False))
         else:
-            self._enqueue((None, then, context, method, args, _stamped(ran), True))
+            self._enqueue((None, then, method, args, _stamped(ran), True))
 
     def _enqueue(self, job: _Job) -> None:
         with self._lock:
@@ -116,7 +117,8 @@ class InstanceThread:
     one, where a ring per call let the thread take the GIL after each call, run it and sleep again, two switches
     per request at 16 in flight. A call put on another thread (a chain's next step) rings it at once."""
 
-    def __init__(self, name: str, model: Any, calls: CallQueue) -> None:
+    def __init__(self, name: str, model: Any, calls: CallQueue, context: contextvars.Context | None = None) -> None:
+        """`context`: the one its calls run in (a copy of the caller's when None); entered by this thread only."""
         self._model = model
         self._calls = calls
         self._jobs: deque[_Job | None] = deque()
@@ -124,14 +126,15 @@ class InstanceThread:
         self._door = threading.Lock()  # held to ring the bell and to close it
         self._asleep = False
         calls.join(self)  # idle from the start (its own calls come through `submit`)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        context = contextvars.copy_context() if context is None else context
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context, method: str,
-               args: tuple[Any, ...], ran: RunTimes | None = None) -> asyncio.Future[Any]:
+    def submit(self, loop: asyncio.AbstractEventLoop, method: str, args: tuple[Any, ...],
+               ran: RunTimes | None = None) -> asyncio.Future[Any]:
         """Call `method(*args)` on this instance's model, after the calls before it."""
         future = loop.create_future()
-        self.put((loop, future, context, method, args, _stamped(ran), False))
+        self.put((loop, future, method, args, _stamped(ran), False))
         return future
 
     def put(self, job: _Job | None) -> None:
@@ -180,7 +183,7 @@ class InstanceThread:
                     self._bell = -1
                 self._model = None  # this thread and its queue refer to each other: the model must not wait on that
                 return
-            shared = job[6]
+            shared = job[5]
             _run_job(model, job)
             del job
             if shared:  # taken off the idle list for it: serve the version's queue until it is empty
@@ -198,13 +201,13 @@ def _stamped(ran: RunTimes | None) -> RunTimes | None:
 def _run_job(model: Any, job: _Job) -> None:
     """Call the job's method on `model` (on the calling thread) and hand the outcome to the job's future, or to
     its `then`."""
-    loop, where, context, method, args, ran, _ = job
+    loop, where, method, args, ran, _ = job
     if loop is not None and cast("asyncio.Future[Any]", where).cancelled():  # cancelled before it started: skip
         return  # it, as run_in_executor does
     if ran is not None:
         ran.started_ns = time.perf_counter_ns()
     try:
-        result, ok = context.run(getattr(model, method), *args), True
+        result, ok = getattr(model, method)(*args), True
     except BaseException as exc:  # handed to the caller, like run_in_executor does
         result, ok = exc, False
     if ran is not None:
