@@ -32,8 +32,8 @@ class Admitted:
     def respond(self, outputs: Mapping[str, Tensor], parameters: Parameters) -> InferResponse:
         """The response from what its model produced (pure: any thread)."""
         requested = self.request.requested_outputs
-        try:
-            selected = {n: outputs[n] for n in requested}
+        try:  # (what a model made is most often what was asked, in order: a copy then, without a comprehension)
+            selected = dict(outputs) if tuple(outputs) == requested else {n: outputs[n] for n in requested}
         except KeyError:
             missing = [n for n in requested if n not in outputs]
             raise internal(

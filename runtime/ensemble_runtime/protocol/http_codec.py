@@ -360,7 +360,8 @@ def json_outputs(response: InferResponse, decoded: DecodedInfer) -> tuple[str, .
     """The outputs that go back as JSON `data` in the header, the others as binary data after it, where none
     goes to shared memory and there is one at least (what the core writes: `HttpCall.reply_response`); else
     None."""
-    if not response.outputs or sends_to_shared_memory(decoded.request.output_parameters):
+    asked = decoded.request.output_parameters
+    if not response.outputs or (asked and sends_to_shared_memory(asked)):
         return None
     return tuple([name for name in response.outputs if not decoded.binary(name)])
 

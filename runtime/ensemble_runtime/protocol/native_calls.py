@@ -133,7 +133,8 @@ def begin_infer(call: Call, dataplane: DataPlane) -> Coroutine[Any, Any, None] |
     try:
         decoded = grpc_codec.decode_view(call.request, dataplane.shared_memory)
         request, declared = decoded
-        if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
+        outputs = request.output_parameters
+        if not (outputs and sends_to_shared_memory(outputs)) and dataplane.infer_then(
             request, declared, functools.partial(_answer_then, call)
         ):
             return None

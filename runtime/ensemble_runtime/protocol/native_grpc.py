@@ -33,6 +33,7 @@ from ensemble_runtime.settings import GrpcConnections
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+_STREAM_ITEMS = (StreamFrame, StreamWritable)  # (a tuple made once: `A | B` makes a union per call)
 
 
 def restricted_methods(restrictions: Restrictions | None) -> list[tuple[str, str, str, str]]:
@@ -100,7 +101,7 @@ class NativeGrpcServer:
         """One wake-up (or, for a core the loop drives, calls its turn read): every call waiting, one task each."""
         assert self._loop is not None
         for item in self._core.take():
-            if isinstance(item, StreamFrame | StreamWritable):
+            if isinstance(item, _STREAM_ITEMS):
                 self._deliver(item)
                 continue
             if isinstance(item, StreamCall):

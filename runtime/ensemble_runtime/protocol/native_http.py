@@ -65,7 +65,8 @@ def begin_http_infer(call: HttpCall, dataplane: DataPlane) -> Coroutine[Any, Any
     try:
         decoded = decode_call(call, dataplane.shared_memory)
         request = decoded.request
-        if not sends_to_shared_memory(request.output_parameters) and dataplane.infer_then(
+        outputs = request.output_parameters
+        if not (outputs and sends_to_shared_memory(outputs)) and dataplane.infer_then(
             request, decoded.declared, functools.partial(_answer_then, call, decoded), HTTP_ENDPOINT
         ):
             return None

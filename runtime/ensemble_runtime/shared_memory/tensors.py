@@ -98,8 +98,11 @@ def write_output(registry: SharedMemoryRegistry, ref: ShmRef, name: str, array: 
 
 def sends_to_shared_memory(output_parameters: Mapping[str, Mapping[str, ParamValue]]) -> bool:
     """Whether any requested output goes to shared memory (one `output_refs` would list; parameters already
-    checked), without parsing where."""
-    return any(REGION in params for params in output_parameters.values())
+    checked), without parsing where. (A loop, not `any` over a generator: two calls fewer per request.)"""
+    for params in output_parameters.values():  # noqa: SIM110 (as said above)
+        if REGION in params:
+            return True
+    return False
 
 
 def output_refs(output_parameters: Mapping[str, Mapping[str, ParamValue]]) -> dict[str, ShmRef]:

@@ -10,6 +10,7 @@ import triton_python_backend_utils as pb_utils
 from ensemble_runtime.backends.python import pb_utils as package_pb_utils
 from ensemble_runtime.backends.python.auto_complete import triton_config_json
 from ensemble_runtime.backends.python.bls import BlsUnavailableError
+from ensemble_runtime.backends.python.pb_types import arrived
 from ensemble_runtime.config.model_config import apply_defaults, parse_config_text
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -40,6 +41,32 @@ def test_tensor_encodes_str_to_bytes_and_reports_its_type() -> None:
     assert tensor.name() == "T" and tensor.is_cpu()
     mixed = pb_utils.Tensor("M", np.array([b"x", "y"], dtype=np.object_))
     assert mixed.as_numpy().tolist() == [b"x", b"y"]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array([True, False]),
+        np.frombuffer(np.arange(4, dtype=np.int64).tobytes(), dtype=np.int64),  # read-only, as a request's bytes
+        np.array([b"a", b"bc"], dtype=np.object_),  # BYTES: the checks
+        np.array(["a", "bc"]),  # str: encoded
+        np.ma.masked_array(np.arange(3, dtype=np.int32)),  # a subclass: made plain
+    ],
+)
+def test_an_arrived_input_is_the_tensor_its_constructor_makes(array: np.ndarray) -> None:
+    made, fast = pb_utils.Tensor("X", array), arrived("X", array)
+    assert type(fast) is pb_utils.Tensor and fast.name() == made.name() == "X"
+    assert fast.triton_dtype() == made.triton_dtype() and fast.shape() == made.shape()
+    got, want = fast.as_numpy(), made.as_numpy()
+    assert type(got) is type(want) is np.ndarray and got.dtype == want.dtype and np.array_equal(got, want)
+    assert got.flags.writeable  # a read-only one copied on first use, as the constructor's
+
+
+def test_an_arrived_input_of_no_triton_type_is_refused_as_the_constructor_refuses_it() -> None:
+    array = np.arange(3, dtype=np.dtype(">i4"))  # not native-endian: no Triton type
+    with pytest.raises(pb_utils.TritonModelException, match="has no Triton type"):
+        arrived("X", array)
 
 
 def test_tensor_dlpack_round_trip() -> None:

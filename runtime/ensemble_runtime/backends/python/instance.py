@@ -12,7 +12,7 @@ from typing import Any
 from ensemble_runtime.backends.base import RunTimes
 from ensemble_runtime.backends.python import bls
 from ensemble_runtime.backends.python.decoupled import InferenceResponseSender
-from ensemble_runtime.backends.python.pb_types import error_code_of
+from ensemble_runtime.backends.python.pb_types import arrived, error_code_of
 from ensemble_runtime.backends.python.pb_utils import (
     InferenceRequest,
     InferenceResponse,
@@ -176,8 +176,9 @@ class PythonInstance:
         def outcome(ok: bool, value: Any) -> None:
             result: BackendResult
             try:
-                if ok:
-                    result = self._results(requests, value)[0]
+                if ok:  # one InferenceResponse, as execute must return here: checked without `_results`' frame
+                    one = type(value) is list and len(value) == 1
+                    result = self._result(request, value[0]) if one else self._results(requests, value)[0]
                 elif isinstance(value, Exception):
                     result = self._failure(value)
                 else:  # SystemExit and the like, raised by the model on its thread: contained here
@@ -207,7 +208,7 @@ class PythonInstance:
 
     def _results(self, requests: Sequence[BackendRequest], responses: Any) -> list[BackendResult]:
         """One result per request from what `execute` returned."""
-        if not isinstance(responses, list | tuple):
+        if not isinstance(responses, (list, tuple)):  # (a tuple, not `list | tuple`: no union made per call)
             failure = internal(
                 f"model '{self._name}': execute() returned {type(responses).__name__}; it must return a list "
                 "with one InferenceResponse per request"
@@ -315,7 +316,9 @@ class PythonInstance:
         error = response.error()
         if error is not None:
             return ResponseError(error_code_of(error), error.message())
-        produced = {tensor.name(): tensor for tensor in response.output_tensors()}
+        produced: dict[str, Tensor] = {}  # (a loop, not a comprehension: one call fewer per request)
+        for made in response.output_tensors():
+            produced[made.name()] = made
         wanted = request.requested_outputs or tuple(produced)
         outputs = {}
         for name in wanted:
@@ -370,9 +373,9 @@ class PythonInstance:
 def _incoming(request: BackendRequest, sender: InferenceResponseSender | None = None) -> InferenceRequest:
     incoming = InferenceRequest(
         request_id=request.request_id,
-        inputs=[Tensor(name, array) for name, array in request.inputs.items()],
+        inputs=[arrived(name, array) for name, array in request.inputs.items()],
         requested_output_names=list(request.requested_outputs),
-        parameters=dict(request.parameters),
+        parameters=request.parameters,
         correlation_id=request.correlation_id,
         flags=request.flags,
     )

@@ -139,9 +139,10 @@ class Tensor:
 
     def __init__(self, name: str, numpy_array: npt.ArrayLike, triton_dtype: int | None = None) -> None:
         array = np.asarray(numpy_array)
-        if array.dtype.kind in ("U", "S") or (array.dtype == np.object_ and not _all_bytes(array)):
+        kind = array.dtype.kind
+        if kind in ("U", "S") or (kind == "O" and not _all_bytes(array)):
             array = to_bytes_array(array)
-        elif array.dtype.kind == "V":
+        elif kind == "V":
             raise TritonModelException(f"tensor '{name}': structured/void numpy dtypes are not supported")
         if triton_dtype is not None:
             numpy_type = triton_to_numpy_type(triton_dtype)
@@ -149,8 +150,8 @@ class Tensor:
                 raise TritonModelException(f"tensor '{name}': unsupported Triton data type {triton_dtype}")
             if array.dtype != np.dtype(numpy_type):
                 array = array.view(numpy_type)
-        else:
-            triton_dtype = numpy_to_triton_type(array.dtype)
+        else:  # (the common dtypes looked up here: no call per tensor)
+            triton_dtype = _NUMPY_TRITON.get(array.dtype) or numpy_to_triton_type(array.dtype)
             if triton_dtype is None:
                 raise TritonModelException(f"tensor '{name}': numpy dtype {array.dtype} has no Triton type")
         self._name = name
@@ -192,6 +193,20 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, dtype={self._array.dtype}, shape={self._array.shape})"
+
+
+def arrived(name: str, array: npt.NDArray[Any]) -> Tensor:
+    """`Tensor(name, array)` for an input the runtime hands a model: a plain array of a numeric dtype Triton has a
+    type for (what a request decodes to) skips the checks and conversions that cannot change it, one lookup
+    instead; any other (BYTES, an ndarray subclass) takes them all."""
+    triton_dtype = _NUMPY_TRITON.get(array.dtype) if type(array) is np.ndarray else None  # (a subclass: made plain)
+    if triton_dtype is None:
+        return Tensor(name, array)
+    tensor = Tensor.__new__(Tensor)
+    tensor._name = name
+    tensor._array = array
+    tensor._triton_dtype = triton_dtype
+    return tensor
 
 
 def _all_bytes(array: npt.NDArray[Any]) -> bool:

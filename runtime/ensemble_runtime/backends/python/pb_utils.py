@@ -109,7 +109,7 @@ class InferenceResponse:
                 )
         self._tensors = tensors
         self._error = error
-        self._parameters = _parameters_dict(parameters)
+        self._parameters = _parameters_dict(parameters) if parameters else {}  # (none: no call per response)
 
     def output_tensors(self) -> list[Tensor]:
         return self._tensors
@@ -149,7 +149,7 @@ class InferenceRequest:
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
-        self._parameters = _parameters_dict(parameters)
+        self._parameters = _parameters_dict(parameters) if parameters else {}  # (none: no call per request)
         self._response_sender: Any = None
 
     def attach_response_sender(self, sender: Any) -> None:
@@ -292,7 +292,10 @@ def _from_infer_response(response: InferResponse) -> InferenceResponse:
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
-    return _by_name(inference_request.inputs(), name)
+    for tensor in inference_request.inputs():  # (`_by_name` inline: called per request by most models)
+        if tensor.name() == name:
+            return tensor
+    return None
 
 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
