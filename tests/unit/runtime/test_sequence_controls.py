@@ -9,6 +9,7 @@ import pytest
 from ensemble_runtime.config.model_config import ConfigError, parse_config_text
 from ensemble_runtime.errors import InferenceError
 from ensemble_runtime.sequences import FLAG_END, FLAG_START, settings_from_config, take_sequence_parameters
+from ensemble_runtime.sequences.controls import names_sequence
 
 BASE = """
 name: "m"
@@ -42,6 +43,20 @@ def test_parameters_are_taken_out_of_the_request() -> None:
     assert take_sequence_parameters({"sequence_id": ""}) is None
     tag = take_sequence_parameters({"sequence_id": "abc", "sequence_end": True})
     assert tag is not None and tag.flags == FLAG_END
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({}, False),
+        ({"priority": 0, "timeout": 10}, False),  # what other clients send: no sequence
+        ({"sequence_id": 0}, True),  # named, even where it ends up no sequence: `take_sequence_parameters` decides
+        ({"x": 1, "sequence_end": False}, True),
+        ({"sequence_start": True}, True),
+    ],
+)
+def test_names_sequence_sees_any_of_the_three(params: dict[str, bool | int | float | str], names: bool) -> None:
+    assert names_sequence(params) is names
 
 
 @pytest.mark.parametrize(
