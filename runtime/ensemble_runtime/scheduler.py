@@ -18,7 +18,7 @@ from ensemble_runtime.backends.base import InlineInstance, ModelInstance, Queuin
 from ensemble_runtime.backends.handoff import on_loop
 from ensemble_runtime.batching import BatchPolicy, BatchQueue
 from ensemble_runtime.errors import ResponseError, internal, unavailable
-from ensemble_runtime.executions import counted_results, execution_results, failed_results
+from ensemble_runtime.executions import execution_results, failed_results
 from ensemble_runtime.inference import BackendRequest, BackendResult, Tensor, batch_size_of
 from ensemble_runtime.stats import ComputeTimes, ModelStats
 
@@ -170,7 +170,7 @@ class Scheduler:
         start = time.perf_counter_ns()
         input_end = time.perf_counter_ns()
         try:
-            result = counted_results(self.model, instance.execute_inline([request]), 1)[0]
+            result = instance.execute_one(request)
         except BaseException as exc:
             result = failed_results(self.model, exc, 1)[0]
         output_start = time.perf_counter_ns()

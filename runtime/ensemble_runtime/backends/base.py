@@ -84,6 +84,11 @@ class InlineInstance(ModelInstance, Protocol):
         """`execute`, on the caller's thread."""
         ...
 
+    def execute_one(self, request: BackendRequest) -> BackendResult:
+        """`execute_inline([request])[0]`: one request's result, on the caller's thread, without a list each way
+        (the scheduler's per-request path on the loop, `Scheduler.run_inline`)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LoadContext:

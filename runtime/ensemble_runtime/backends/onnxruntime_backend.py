@@ -89,6 +89,18 @@ class OnnxInstance:
             return [refused[i] if i in refused else next(results) for i in range(len(requests))]
         return self._run_all(requests)
 
+    def execute_one(self, request: BackendRequest) -> BackendResult:
+        """`execute_inline` for one request, as `_run_all` runs each: its outputs, or the error as its result."""
+        inputs = request.inputs
+        if not self._plain_in:
+            refused = _not_utf8(inputs)
+            if refused is not None:
+                return refused
+        try:
+            return self._run(inputs)
+        except Exception as exc:
+            return exc
+
     async def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if self.runs_inline():
             return self.execute_inline(requests)

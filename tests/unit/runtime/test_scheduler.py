@@ -198,6 +198,9 @@ class InlineInstance(AnsweringInstance):
             return list(done.value)
         raise AssertionError("execute suspended")
 
+    def execute_one(self, request: BackendRequest) -> BackendResult:
+        return self.execute_inline([request])[0]
+
 
 def _then_outcomes(sched: Scheduler, value: float, batch: int = 1) -> tuple[list[BackendResult], list[Callable[[], None]]]:
     """`submit_then` one request; what `then` got (result, and the settle to call), as soon as it returns."""

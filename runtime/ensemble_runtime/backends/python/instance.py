@@ -154,6 +154,10 @@ class PythonInstance:
         that took them, without a task (`Scheduler.submit_then`), as it runs a fast ONNX model's."""
         return self._runs_inline
 
+    def execute_one(self, request: BackendRequest) -> BackendResult:
+        """`execute_inline` for one request (its result: `execute_inline` gives one per request)."""
+        return self.execute_inline((request,))[0]
+
     def execute_inline(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         """`execute` on the calling thread, where `runs_inline` says so: one result per request."""
         try:
