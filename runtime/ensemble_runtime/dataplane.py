@@ -295,7 +295,7 @@ class DataPlane:
             # counted (and stored in the cache) before the answer leaves
             self.settlements.add(self._settle, admitted, result, end, settle, cached)
             answer(outcome)
-            self._settle_alone(self.settlements, loop)
+            self._settle_alone(self.settlements)
 
         self.in_flight += 1
         Registry.acquire(lv)
@@ -308,7 +308,7 @@ class DataPlane:
             self.settlements.expect(loop)
         return True
 
-    def _settle_alone(self, settlements: Deferred, loop: asyncio.AbstractEventLoop) -> None:
+    def _settle_alone(self, settlements: Deferred) -> None:
         """On a model's thread, once it answered a request whose end it queued in `settlements`: where that request
         is the only one in flight, the loop has nothing else to do, so it is woken to count it now, while the client
         reads the answer; otherwise the next request, at one in flight, would carry the count on its own time
@@ -316,7 +316,7 @@ class DataPlane:
         With others in flight the loop counts it as it takes the next, with no wake-up. (`in_flight` is the loop's:
         read here, it can be one request stale, which costs at most one wake-up more or less.)"""
         if self.in_flight == 1:
-            settlements.run_soon(loop)
+            settlements.run_soon()
 
     def _ran_inline(self, admitted: Admitted, scheduler: Scheduler, answer: Answer) -> bool:
         """`_take_then` for a request that a free instance runs inline now (`Scheduler.run_inline`), no response
@@ -382,7 +382,7 @@ class DataPlane:
                 answer(outcome)
                 return
             answer(outcome)
-            self._settle_alone(carry, loop)
+            self._settle_alone(carry)
 
         run = EnsembleRun(
             graph, admitted.request.inputs, admitted.request.requested_outputs, calls.submit, finish,

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import uvloop
 from ensemble_runtime.backends.handoff import Deferred
 
 WAIT = 60.0  # seconds: a loaded 2-core machine
@@ -177,7 +178,7 @@ def test_run_soon_wakes_the_loop_for_what_a_thread_queued_and_is_harmless_once_i
 
         def on_worker() -> None:
             deferred.add(piece)
-            deferred.run_soon(loop)
+            deferred.run_soon()
 
         deferred.expect(loop)
         worker = threading.Thread(target=on_worker, name="worker")
@@ -190,5 +191,38 @@ def test_run_soon_wakes_the_loop_for_what_a_thread_queued_and_is_harmless_once_i
     assert ran == ["MainThread"]
     assert loop.is_closed()
     deferred.add(ran.append, "late")
-    deferred.run_soon(loop)  # no RuntimeError
+    deferred.run_soon()  # no error
     assert ran == ["MainThread"]
+
+
+@pytest.mark.parametrize("loops", ["asyncio", "uvloop"])
+def test_a_ring_before_the_first_piece_is_expected_is_heard_once_the_loop_watches(loops: str) -> None:
+    """A thread may answer, queue its piece and ring before the loop said it expects it (the loop hands a request
+    on, then expects its end): the loop, watching from its first `expect`, still runs the piece at once (the timer
+    is an hour). Rung again and again, each ring is heard; the next loop it is expected on watches too."""
+    deferred = Deferred(within=3600.0, at_most=3600.0)
+
+    async def scenario() -> list[str]:
+        ran = list[str]()
+        loop = asyncio.get_running_loop()
+        for round_ in range(3):
+            done = asyncio.Event()
+
+            def piece(name: str, done: asyncio.Event = done) -> None:
+                ran.append(name)
+                done.set()
+
+            def on_worker(name: str) -> None:
+                deferred.add(piece, name)
+                deferred.run_soon()
+
+            worker = threading.Thread(target=on_worker, args=(f"piece {round_}",))
+            worker.start()
+            worker.join()  # rung before it is expected
+            deferred.expect(loop)
+            await asyncio.wait_for(done.wait(), WAIT)
+        return ran
+
+    runner = uvloop.run if loops == "uvloop" else asyncio.run
+    assert runner(scenario()) == ["piece 0", "piece 1", "piece 2"]
+    assert runner(scenario()) == ["piece 0", "piece 1", "piece 2"]  # the same Deferred, on a new loop
