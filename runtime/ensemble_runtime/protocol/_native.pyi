@@ -188,9 +188,22 @@ class GrpcCore:
     def begin_stop(self) -> None: ...
     @property
     def finished(self) -> bool: ...
+    def onnx_lane(self) -> OnnxLane: ...
     def answer_infer_in_core(self) -> None: ...  # the benchmark floor's (bench/pa/floor.py --in-core) only
     @property
     def answered_in_core(self) -> int: ...
+
+LaneTensor = tuple[str, str, list[int]]  # (name, KServe datatype, the config's dims)
+
+@final
+class OnnxLane:
+    """The core's ONNX lane: ModelInfer requests that match a served model's signature exactly are run on ONNX
+    Runtime's C library and answered in the core; the others reach Python."""
+
+    def serve(self, model: str, version: str, path: str, library: str, inputs: list[LaneTensor],
+              outputs: list[LaneTensor], max_batch_size: int, intra_op_threads: int = 1) -> None: ...
+    def withdraw(self, model: str) -> bool: ...
+    def counts(self, model: str) -> tuple[int, int, int] | None: ...  # (answered, ns in run, handed to Python)
 
 @final
 class BinaryInfer:

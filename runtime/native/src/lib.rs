@@ -22,8 +22,10 @@ pub mod http_reply;
 pub mod idle_policy;
 pub mod inflate;
 pub mod json_tensors;
+pub mod lane_plan;
 pub mod messages;
 pub mod on_loop;
+pub mod ort_lane;
 pub mod outgoing;
 pub mod placed;
 pub mod queue;
@@ -47,6 +49,8 @@ mod py_http;
 #[cfg(feature = "python")]
 mod py_http_binary;
 #[cfg(feature = "python")]
+mod py_lane;
+#[cfg(feature = "python")]
 mod py_request;
 #[cfg(feature = "python")]
 mod py_serving;
@@ -61,6 +65,7 @@ fn _native(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()
     module.add("ON_LOOP", on_loop::AVAILABLE)?;
     module.add_class::<py_core::GrpcCore>()?;
     module.add_class::<py_core::Call>()?;
+    module.add_class::<py_lane::OnnxLane>()?;
     module.add_function(pyo3::wrap_pyfunction!(py_core::check_tls, module)?)?;
     module.add_class::<py_http::PyHttpCore>()?;
     module.add_class::<py_http::HttpCall>()?;

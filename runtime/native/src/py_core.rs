@@ -18,6 +18,7 @@ use crate::handshake::ConnectionLimits;
 use crate::messages::{encode_response, InferOutputTensor, ModelInferResponseHead, Parameters};
 use crate::py_arrays::{answer_head, ExportedArray};
 use crate::py_buffers::Contiguous;
+use crate::py_lane::OnnxLane;
 use crate::py_request::{parameter, request_view, Arrays, InferRequestView};
 use crate::py_serving::{lock, optional_seconds, positive_seconds, taking, Answering, Serving};
 use crate::py_stream::{StreamCall, StreamFrame, StreamWritable};
@@ -134,6 +135,11 @@ impl GrpcCore {
         };
         py.allow_threads(|| switch.renew(&tls_files(&tls)))
             .map_err(PyValueError::new_err)
+    }
+
+    /// The in-core ONNX lane of this port (crate::py_lane): empty until a model is served on it.
+    fn onnx_lane(&self) -> OnnxLane {
+        OnnxLane::new(self.core.clone())
     }
 
     /// For the benchmark's floor (`bench/pa/floor.py --in-core`) only: from now on the core answers each

@@ -26,6 +26,7 @@ use crate::floor_echo::Echo;
 use crate::idle_policy::InFlight;
 use crate::inflate::{gate, inflated, Gate};
 use crate::messages::ModelInferRequest;
+use crate::ort_lane::OrtLane;
 use crate::placed::PlacedInfo;
 use crate::queue::WakeQueue;
 use crate::restrict::Restrictions;
@@ -95,6 +96,8 @@ pub struct Core {
     pub stream_ids: StreamIds,
     /// The benchmark floor's answer made here (crate::floor_echo); off in the runtime.
     pub echo: Echo,
+    /// The ONNX models whose plain requests are answered here (crate::ort_lane); empty unless registered.
+    pub lane: OrtLane,
     restrictions: Restrictions,
     max_message_bytes: usize,
     inflating: Gate,
@@ -112,11 +115,24 @@ impl Core {
             in_flight: InFlight::default(),
             stream_ids: StreamIds::default(),
             echo: Echo::default(),
+            lane: OrtLane::default(),
             restrictions,
             max_message_bytes,
             inflating: gate(),
             budget: CallBudget::new(calls),
         })
+    }
+
+    /// The response to a unary call, or RESOURCE_EXHAUSTED where it is larger than the port sends.
+    fn sized(&self, message: Bytes) -> Result<Response<Bytes>, Status> {
+        if message.len() > self.max_message_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "Sent message larger than max ({} vs. {})",
+                message.len(),
+                self.max_message_bytes
+            )));
+        }
+        Ok(Response::new(message))
     }
 
     /// A call's place in the order of arrival at the port, for the budget of calls waiting for their message
@@ -272,6 +288,12 @@ impl UnaryService<Bytes> for Unary {
                 if core.echo.is_on() {
                     return core.echo.answer(&request).map(Response::new);
                 }
+                if !core.lane.is_empty() {
+                    let _counted = core.in_flight.enter(); // until answered here
+                    if let Some(message) = core.lane.answer(&request) {
+                        return core.sized(message);
+                    }
+                }
                 Work::Infer {
                     request,
                     size,
@@ -287,14 +309,7 @@ impl UnaryService<Bytes> for Unary {
             let _counted = core.in_flight.enter(); // until this call is answered (or dropped)
             core.queue.push(work);
             match answer.await {
-                Ok(Ok(message)) if message.len() > core.max_message_bytes => {
-                    Err(Status::resource_exhausted(format!(
-                        "Sent message larger than max ({} vs. {})",
-                        message.len(),
-                        core.max_message_bytes
-                    )))
-                }
-                Ok(Ok(message)) => Ok(Response::new(message)),
+                Ok(Ok(message)) => core.sized(message),
                 Ok(Err(status)) => Err(status),
                 Err(_) => Err(Status::internal("the call was dropped without an answer")),
             }
