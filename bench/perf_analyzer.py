@@ -8,7 +8,9 @@ servers' statistics, the composing models' too); and `add_sub`, a small ONNX mod
 no ONNX Runtime backend) at concurrency 1, against ONNX Runtime's `InferenceSession.run` called directly in a
 process pinned like the server: the p50 difference is our overhead. With `--floor`, the gRPC points (the ONNX one
 too) also measure `bench.pa.floor`: the native core echoing each request from one loop wake-up, with no data
-plane and no model, the least any request to our runtime takes on this machine. With `--inline` the python
+plane and no model, the least any request to our runtime takes on this machine. With `--floor-lane` the ONNX
+point also measures `bench.pa.floor --onnx-lane`: the same model run and answered in the native core's ONNX lane,
+with no Python per request (what the lane gives once the runtime serves ONNX models on it). With `--inline` the python
 models carry our `EXECUTE_INLINE` parameter (their `execute` on our event loop; Triton ignores it). With
 `--streaming` every python workload goes over ModelStreamInfer (gRPC only, one stream per perf_analyzer context).
 
@@ -61,7 +63,7 @@ from bench.models import (
 )
 from bench.pa import report, threads
 from bench.pa.cpu import tree_cpu_seconds
-from bench.pa.report import FLOOR, FLOOR_IN_CORE, FLOORS, TRITON
+from bench.pa.report import FLOOR, FLOOR_IN_CORE, FLOOR_LANE, FLOORS, TRITON
 from bench.pa.servers import Pinning, choose_pinning, ours_configs, server_url
 from tests.support.server_process import ServerProcess
 
@@ -268,6 +270,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--floor-in-core", action="store_true",
                         help="also measure bench.pa.floor --in-core (the native core answering ModelInfer itself: "
                              "no Python per request) over gRPC")
+    parser.add_argument("--floor-lane", action="store_true",
+                        help="also measure bench.pa.floor --onnx-lane at the ONNX point: the ONNX model run and "
+                             "answered in the native core's lane, no Python per request (gRPC)")
     parser.add_argument("--floor-threads", type=int, default=1,
                         help="the floor core's threads (0: driven by the event loop's thread, as "
                              "--grpc-native-threads=0)")
@@ -309,7 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     pinning = choose_pinning(args.pin)
     if args.neighbor and not pinning.server:
         raise SystemExit("--neighbor needs the servers pinned (--pin, 2 or more CPUs)")
-    if args.tls and (args.floor or args.floor_in_core):
+    if args.floor_lane and not args.onnx:
+        raise SystemExit("--floor-lane measures the ONNX point: not with --no-onnx")
+    if args.tls and (args.floor or args.floor_in_core or args.floor_lane):
         raise SystemExit("--tls: the floors serve plaintext only")
     models, protocols = args.model or list(DEFAULT_MODELS), args.protocol or list(PROTOCOLS)
     levels = args.concurrency or list(CONCURRENCY)
@@ -345,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             servers[FLOOR] = stack.enter_context(FloorServer(pinning, args.floor_threads))
         if args.floor_in_core:
             servers[FLOOR_IN_CORE] = stack.enter_context(FloorServer(pinning, args.floor_threads, in_core=True))
+        if args.floor_lane:
+            servers[FLOOR_LANE] = stack.enter_context(FloorServer(pinning, args.floor_threads, onnx_lane=model_path))
         for name, server in servers.items():
             server.wait_ready(120)
             for model in [*models, *([ONNX_MODEL] if args.onnx and name not in (TRITON, *FLOORS) else [])]:
@@ -357,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for protocol in protocols:
                 if bench.streams(model) and protocol != "grpc":
                     continue
-                names = [n for n in servers if n not in FLOORS or (protocol == "grpc" and not bench.streams(model))]
+                names = [n for n in servers if n not in FLOORS or (protocol == "grpc" and not bench.streams(model)
+                                                                   and n != FLOOR_LANE)]
                 for concurrency in levels:
                     point = bench.point(names, model, protocol, concurrency)
                     results.setdefault(model, {}).setdefault(protocol, {})[str(concurrency)] = point

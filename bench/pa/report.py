@@ -22,7 +22,8 @@ from bench.common import RESULTS
 TRITON = "triton"  # the peer's name among the servers
 FLOOR = "floor"  # bench.pa.floor: the native core and one loop wake-up per call (gRPC only)
 FLOOR_IN_CORE = "floor-core"  # bench.pa.floor --in-core: the native core answering alone, no Python per call
-FLOORS = (FLOOR, FLOOR_IN_CORE)
+FLOOR_LANE = "floor-lane"  # bench.pa.floor --onnx-lane: the ONNX model run and answered in the core (ONNX point only)
+FLOORS = (FLOOR, FLOOR_IN_CORE, FLOOR_LANE)
 
 CLIENT_FIGURES = ("throughput_rps", "p50_us", "p99_us")
 RATIOS = {"throughput": "throughput_rps", "p50": "p50_us", "cpu_per_1000": "cpu_ms_per_1000"}

@@ -108,18 +108,20 @@ class FloorServer(ServerProcess):
 
     label = "floor"
 
-    def __init__(self, pinning: Pinning, threads: int = 1, in_core: bool = False) -> None:
+    def __init__(self, pinning: Pinning, threads: int = 1, in_core: bool = False, onnx_lane: Path | None = None) -> None:
         super().__init__()
         self.prefix = pinning.server_prefix()
         self.threads = threads
         self.in_core = in_core  # --in-core: the core answers ModelInfer itself
+        self.onnx_lane = onnx_lane  # --onnx-lane: this ONNX model served on the core's lane
 
     def command(self) -> tuple[Sequence[str], Mapping[str, str]]:
         root = str(Path(__file__).resolve().parents[2])
         paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         return [*self.prefix, sys.executable, "-m", "bench.pa.floor", f"--grpc-port={self.grpc_port}",
-                f"--threads={self.threads}", *(["--in-core"] if self.in_core else [])], env
+                f"--threads={self.threads}", *(["--in-core"] if self.in_core else []),
+                *([f"--onnx-lane={self.onnx_lane}"] if self.onnx_lane else [])], env
 
 
 def server_url(server: ServerProcess, protocol: str) -> str:
