@@ -7,7 +7,7 @@
 //! version, a shape the config does not allow, a size that does not add up) is handed to Python unchanged, which
 //! answers it as it always has, error messages included.
 
-use crate::messages::ModelInferRequest;
+use crate::messages::{InferParameter, ModelInferRequest, ParameterChoice};
 
 /// A KServe datatype the lane carries as raw bytes, with its element's size.
 pub fn element_size(datatype: &str) -> Option<usize> {
@@ -75,7 +75,7 @@ impl Signature {
 
     /// The plan for `request`, or why Python answers it.
     pub fn plan(&self, request: &ModelInferRequest) -> Result<Plan, Pass> {
-        if !request.parameters.is_empty() {
+        if !request.parameters.iter().all(no_effect) {
             return Err("request parameters");
         }
         if request.inputs.len() != self.inputs.len()
@@ -141,6 +141,15 @@ impl Signature {
     }
 }
 
+/// Whether a request parameter changes nothing about a unary request to a model the lane serves: only
+/// `triton_enable_empty_final_response` as a bool (perf_analyzer sends it with every request; it concerns a
+/// decoupled model's stream, and the lane serves neither).
+fn no_effect((name, value): (&String, &InferParameter)) -> bool {
+    name == EMPTY_FINAL && matches!(value.choice, Some(ParameterChoice::Bool(_)))
+}
+
+const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
+
 /// Whether a request's dims match the config's (-1 takes any size).
 fn fits(config: &[i64], dims: &[i64]) -> bool {
     config.len() == dims.len()
@@ -162,7 +171,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::messages::{InferInputTensor, InferParameter, InferRequestedOutputTensor};
+    use crate::messages::{InferInputTensor, InferRequestedOutputTensor};
 
     fn spec(name: &str, datatype: &str, dims: &[i64]) -> TensorSpec {
         TensorSpec {
@@ -252,6 +261,18 @@ mod tests {
             .parameters
             .insert("sequence_id".to_string(), InferParameter::default());
         assert!(signature.plan(&parameters).is_err());
+        let mut empty_final = request(&[4], 16);
+        let flag = |choice| InferParameter {
+            choice: Some(choice),
+        };
+        empty_final
+            .parameters
+            .insert(EMPTY_FINAL.to_string(), flag(ParameterChoice::Bool(true)));
+        assert!(signature.plan(&empty_final).is_ok()); // perf_analyzer's, a no-op here
+        empty_final
+            .parameters
+            .insert(EMPTY_FINAL.to_string(), flag(ParameterChoice::Int64(1)));
+        assert!(signature.plan(&empty_final).is_err());
         let mut twice = request(&[4], 16);
         twice.inputs[1].name = "INPUT1".to_string();
         assert!(signature.plan(&twice).is_err());

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -19,6 +20,8 @@ from ensemble_runtime.backends.ort_library import onnxruntime_library
 from ensemble_runtime.protocol._native import Call, GrpcCore, OnnxLane
 from ensemble_runtime.protocol.native_grpc import new_core
 from ensemble_runtime.settings import GrpcConnections
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.asyncio
@@ -114,6 +117,37 @@ async def test_a_plain_request_is_answered_in_the_core_as_onnxruntime_computes_i
     assert served.reached_python == []
     answered, compute_ns, passed = served.lane.counts(MODEL) or (0, 0, 0)
     assert (answered, passed) == (1, 0) and compute_ns > 0
+
+
+async def test_perf_analyzers_request_is_answered_in_the_core(served: Served) -> None:
+    """perf_analyzer sends `triton_enable_empty_final_response` with every request (tritonclient refuses to: it
+    is reserved): it concerns a decoupled model's stream, so the lane answers such a request; another value
+    type goes to Python."""
+    served.serve()
+    _, arrays = _inputs(batch=1, seed=2)
+    request = pb.ModelInferRequest(model_name=MODEL)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    for (name, datatype, _), array in zip(INPUTS, arrays, strict=True):
+        request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        request.raw_input_contents.append(array.tobytes())
+    request.outputs.add(name="OUTPUT0")
+    request.outputs.add(name="OUTPUT1")
+
+    def infer(message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        with grpc.insecure_channel(f"127.0.0.1:{served.port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            response: pb.ModelInferResponse = stub.ModelInfer(message, timeout=30)
+            return response
+
+    response = await asyncio.to_thread(infer, request)
+    expected = _session_run(served, arrays)
+    for raw, want in zip(response.raw_output_contents, expected, strict=True):
+        np.testing.assert_array_equal(np.frombuffer(raw, np.float32).reshape(want.shape), want)
+    assert served.reached_python == []
+    request.parameters["triton_enable_empty_final_response"].int64_param = 1
+    with pytest.raises(grpc.RpcError, match=PYTHON_ANSWERS):
+        await asyncio.to_thread(infer, request)
+    assert served.reached_python == [MODEL]
 
 
 async def test_the_outputs_asked_for_come_in_the_order_asked(served: Served) -> None:
