@@ -182,6 +182,27 @@ async def test_what_does_not_match_the_signature_exactly_reaches_python(served: 
     assert len(served.reached_python) == 8
 
 
+async def test_a_shape_its_bytes_do_not_fill_allocates_nothing_in_the_core(served: Served) -> None:
+    """A 64-byte input that declares 2^28 rows (a GiB of FP32 each) is not given to ONNX Runtime: the lane sizes
+    nothing from a shape its bytes do not match, and Python answers it."""
+    served.serve(max_batch_size=1 << 30)
+    _, arrays = _inputs(batch=1)
+    request = pb.ModelInferRequest(model_name=MODEL)
+    for (name, datatype, _), array in zip(INPUTS, arrays, strict=True):
+        request.inputs.add(name=name, datatype=datatype, shape=[1 << 28, SIZE])
+        request.raw_input_contents.append(array.tobytes())
+
+    def infer() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{served.port}") as channel:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+
+    with pytest.raises(grpc.RpcError, match=PYTHON_ANSWERS):
+        await asyncio.to_thread(infer)
+    assert served.reached_python == [MODEL]
+    answered, compute_ns, passed = served.lane.counts(MODEL) or (0, 0, 0)
+    assert (answered, compute_ns, passed) == (0, 0, 1)
+
+
 async def test_a_version_replaced_or_withdrawn_answers_no_more(served: Served) -> None:
     served.serve(version="1")
     inputs, _ = _inputs(batch=2)
