@@ -204,6 +204,7 @@ class OnnxLane:
               outputs: list[LaneTensor], max_batch_size: int, intra_op_threads: int = 1) -> None: ...
     def withdraw(self, model: str) -> bool: ...
     def counts(self, model: str) -> tuple[int, int, int] | None: ...  # (answered, ns in run, handed to Python)
+    def pooled(self, model: str) -> int | None: ...  # run on a blocking thread: until measured short (200 us)
 
 @final
 class BinaryInfer:

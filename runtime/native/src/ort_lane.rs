@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -50,6 +50,39 @@ pub struct LaneCounts {
     pub compute_ns: AtomicU64,
     /// Requests it handed to Python (no exact match, or refused by ONNX Runtime).
     pub passed: AtomicU64,
+    /// Requests it ran on tokio's blocking threads rather than the core's own (`LaneModel::runs_inline`).
+    pub pooled: AtomicU64,
+}
+
+/// Runs shorter than this, on average, run on the core's thread: cheaper than a hand-off to a blocking thread and
+/// back, and short enough not to hold the port's other connections (the data plane's ONNX bound too).
+const INLINE_BELOW_NS: u64 = 200_000;
+
+/// The moving average of a version's run times (weight 1/5 for the newest), starting high: its first runs go to a
+/// blocking thread until it is measured fast.
+pub struct Pace {
+    typical_ns: AtomicU64,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self {
+            typical_ns: AtomicU64::new(1_000_000_000),
+        }
+    }
+}
+
+impl Pace {
+    pub fn record(&self, ns: u64) {
+        // concurrent updates may lose one another's step: an estimate, not an account
+        let typical = self.typical_ns.load(Ordering::Relaxed);
+        let next = (typical.saturating_mul(4) / 5).saturating_add(ns / 5);
+        self.typical_ns.store(next, Ordering::Relaxed);
+    }
+
+    pub fn inline(&self) -> bool {
+        self.typical_ns.load(Ordering::Relaxed) < INLINE_BELOW_NS
+    }
 }
 
 /// One model version the lane answers for.
@@ -58,6 +91,7 @@ pub struct LaneModel {
     signature: Signature,
     element_types: Vec<TensorElementType>,
     session: Mutex<Session>,
+    pace: Pace,
     pub counts: LaneCounts,
 }
 
@@ -103,12 +137,29 @@ impl LaneModel {
             signature,
             element_types,
             session: Mutex::new(session),
+            pace: Pace::default(),
             counts: LaneCounts::default(),
         })
     }
 
+    /// Whether a request runs on the calling thread (the core's), by how long this version's runs take.
+    pub fn runs_inline(&self) -> bool {
+        self.pace.inline()
+    }
+
+    /// `answer` on one of tokio's blocking threads, for a version whose runs are not short: the request comes
+    /// back with the answer, for Python where there is none. Err: the run panicked (the request is lost with it).
+    pub async fn answer_pooled(
+        self: Arc<Self>,
+        request: ModelInferRequest,
+    ) -> Result<(Option<Bytes>, ModelInferRequest), tokio::task::JoinError> {
+        self.counts.pooled.fetch_add(1, Ordering::Relaxed);
+        let model = self.clone();
+        tokio::task::spawn_blocking(move || (model.answer(&request), request)).await
+    }
+
     /// The serialized response, or None where Python should answer (the reason counted as `passed`).
-    fn answer(&self, request: &ModelInferRequest) -> Option<Bytes> {
+    pub fn answer(&self, request: &ModelInferRequest) -> Option<Bytes> {
         let version = &request.model_version;
         let answer = (version.is_empty() || *version == self.version)
             .then(|| self.signature.plan(request).ok())
@@ -148,6 +199,8 @@ impl LaneModel {
         let mut session = self.session.lock().ok()?;
         let mut outputs = session.run(SessionInputs::from(feeds)).ok()?;
         let took = started.elapsed();
+        let took_ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.pace.record(took_ns);
         let mut heads = Vec::with_capacity(plan.outputs.len());
         let mut tensors = Vec::with_capacity(plan.outputs.len());
         for &slot in &plan.outputs {
@@ -189,10 +242,7 @@ impl LaneModel {
         };
         let encoded = encode_response(&head, &payloads);
         self.counts.answered.fetch_add(1, Ordering::Relaxed);
-        self.counts.compute_ns.fetch_add(
-            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.counts.compute_ns.fetch_add(took_ns, Ordering::Relaxed);
         Some(encoded)
     }
 }
@@ -220,31 +270,55 @@ fn element_type(datatype: &str) -> Option<TensorElementType> {
 #[derive(Default)]
 pub struct OrtLane {
     models: RwLock<HashMap<String, Arc<LaneModel>>>,
+    /// How many models are served: a request to a port with none pays one atomic load.
+    served: AtomicUsize,
 }
 
 impl OrtLane {
     /// From now on `name`'s requests (for no version, or for `model`'s) are `model`'s; the one it replaces, if
     /// any, is returned (it answers what it has started).
     pub fn serve(&self, name: String, model: Arc<LaneModel>) -> Option<Arc<LaneModel>> {
-        self.models.write().ok()?.insert(name, model)
+        let mut models = self.models.write().ok()?;
+        let replaced = models.insert(name, model);
+        self.served.store(models.len(), Ordering::Relaxed);
+        replaced
     }
 
     /// `name`'s requests go to Python again.
     pub fn withdraw(&self, name: &str) -> Option<Arc<LaneModel>> {
-        self.models.write().ok()?.remove(name)
+        let mut models = self.models.write().ok()?;
+        let withdrawn = models.remove(name);
+        self.served.store(models.len(), Ordering::Relaxed);
+        withdrawn
     }
 
+    /// The version served for `name`, if any.
     pub fn model(&self, name: &str) -> Option<Arc<LaneModel>> {
+        if self.served.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         self.models.read().ok()?.get(name).cloned()
     }
+}
 
-    /// Whether any model is registered: the one check a request pays when the lane is unused.
-    pub fn is_empty(&self) -> bool {
-        self.models.read().map(|m| m.is_empty()).unwrap_or(true)
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// The answer to `request` made here, or None: Python answers it.
-    pub fn answer(&self, request: &ModelInferRequest) -> Option<Bytes> {
-        self.model(&request.model_name)?.answer(request)
+    #[test]
+    fn a_version_runs_on_a_blocking_thread_until_its_runs_are_measured_short() {
+        let pace = Pace::default();
+        assert!(!pace.inline());
+        let mut runs = 0;
+        while !pace.inline() {
+            pace.record(20_000);
+            runs += 1;
+            assert!(runs < 100, "20 us runs never made it inline");
+        }
+        assert!(runs > 10, "the first runs stay on a blocking thread");
+        for _ in 0..10 {
+            pace.record(5_000_000); // a version that slows down leaves the core's thread
+        }
+        assert!(!pace.inline());
     }
 }

@@ -85,4 +85,17 @@ impl OnnxLane {
             counts.passed.load(Ordering::Relaxed),
         ))
     }
+
+    /// How many of `model`'s requests ran on a blocking thread, not the core's own: its first, until its runs are
+    /// measured short (200 us on average), and all of them for a version that runs longer. None: not served.
+    fn pooled(&self, model: &str) -> Option<u64> {
+        Some(
+            self.core
+                .lane
+                .model(model)?
+                .counts
+                .pooled
+                .load(Ordering::Relaxed),
+        )
+    }
 }

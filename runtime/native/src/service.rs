@@ -288,9 +288,19 @@ impl UnaryService<Bytes> for Unary {
                 if core.echo.is_on() {
                     return core.echo.answer(&request).map(Response::new);
                 }
-                if !core.lane.is_empty() {
+                let mut request = request;
+                if let Some(model) = core.lane.model(&request.model_name) {
                     let _counted = core.in_flight.enter(); // until answered here
-                    if let Some(message) = core.lane.answer(&request) {
+                    let answer = if model.runs_inline() {
+                        model.answer(&request)
+                    } else {
+                        let Ok((answer, back)) = model.answer_pooled(request).await else {
+                            return Err(Status::internal("the ONNX lane's run failed"));
+                        };
+                        request = back;
+                        answer
+                    };
+                    if let Some(message) = answer {
                         return core.sized(message);
                     }
                 }

@@ -150,6 +150,28 @@ async def test_perf_analyzers_request_is_answered_in_the_core(served: Served) ->
     assert served.reached_python == [MODEL]
 
 
+async def test_a_versions_first_requests_run_off_the_cores_thread_until_measured_short(served: Served) -> None:
+    """The lane runs a version's first requests on a blocking thread (a slow model would hold every connection
+    of the core's thread) and, once its runs average under 200 us, on the core's thread itself."""
+    served.serve()
+    inputs, arrays = _inputs(batch=1, seed=3)
+    expected = _session_run(served, arrays)
+
+    def requests(count: int) -> None:
+        with served.client() as client:
+            for _ in range(count):
+                result = client.infer(MODEL, inputs, client_timeout=30)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected[0])
+
+    await asyncio.to_thread(requests, 10)
+    assert served.lane.pooled(MODEL) == 10  # not yet measured short
+    await asyncio.to_thread(requests, 190)
+    pooled = served.lane.pooled(MODEL) or 0
+    assert 10 < pooled < 200, pooled  # a 16-value add runs in microseconds: the later ones on the core's thread
+    answered, _, passed = served.lane.counts(MODEL) or (0, 0, 0)
+    assert (answered, passed) == (200, 0) and served.reached_python == []
+
+
 async def test_the_outputs_asked_for_come_in_the_order_asked(served: Served) -> None:
     served.serve()
     inputs, arrays = _inputs(batch=1, seed=1)
