@@ -284,11 +284,10 @@ impl UnaryService<Bytes> for Unary {
             let (reply, answer) = oneshot::channel();
             let work = if path == MODEL_INFER {
                 let size = payload.len();
-                let request = decode_infer(payload)?;
+                let mut request = decode_infer(payload)?;
                 if core.echo.is_on() {
                     return core.echo.answer(&request).map(Response::new);
                 }
-                let mut request = request;
                 if let Some(model) = core.lane.model(&request.model_name) {
                     let _counted = core.in_flight.enter(); // until answered here
                     let answer = if model.runs_inline() {
